@@ -1,0 +1,82 @@
+"""One exception root for forgekit, with stable exit codes.
+
+Library code raises a subclass of :class:`ForgekitError` for anything the *user* can fix (a missing file,
+an unsupported operator, a bad target, a wrong input shape, an output directory that already exists).
+The CLI prints ``str(error)`` as one line and exits with ``error.exit_code``; anything else is a bug
+and keeps its traceback.  Exit codes are part of the public interface: scripts and the GitHub Action
+branch on them, so never renumber an existing class.
+"""
+
+from __future__ import annotations
+
+
+class ForgekitError(Exception):
+    """Base of every user-facing forgekit error."""
+
+    exit_code: int = 1
+
+
+class UsageError(ForgekitError, ValueError):
+    """An argument has a value forgekit cannot use (bad option, bad combination)."""
+
+    exit_code = 2
+
+
+class ModelLoadError(ForgekitError):
+    """The model file is missing, unreadable or not valid ONNX."""
+
+    exit_code = 3
+
+
+class UnsupportedOperatorError(ModelLoadError):
+    """The model uses operators forgekit cannot import (the message lists all of them)."""
+
+    exit_code = 4
+
+
+class TargetError(ForgekitError, ValueError):
+    """The target is unknown or malformed (the message lists the closest valid names)."""
+
+    exit_code = 5
+
+
+class CompileError(ForgekitError):
+    """TVM failed to compile the model."""
+
+    exit_code = 6
+
+
+class ArtifactError(ForgekitError):
+    """An artifact is missing, incomplete or corrupt."""
+
+    exit_code = 7
+
+
+class OutputExistsError(ArtifactError, ValueError):
+    """The output path exists and overwriting was not requested (``--force``)."""
+
+    exit_code = 8
+
+
+class InputError(ForgekitError, ValueError):
+    """Inference inputs do not match the model (count, name, shape or dtype)."""
+
+    exit_code = 9
+
+
+class ToolchainError(ForgekitError):
+    """A compiler or linker needed for the target is not installed (the message names the package)."""
+
+    exit_code = 10
+
+
+class EncryptionError(ForgekitError):
+    """Encryption or decryption failed (wrong password, foreign key file, tampered data...)."""
+
+    exit_code = 11
+
+
+class NotAvailableError(ForgekitError):
+    """The feature exists in the API but is not available in this build or on this machine."""
+
+    exit_code = 12
