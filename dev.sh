@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# forgekit developer entry point.  On a fresh Debian machine with only Python 3.11:
+#   ./dev.sh demo   set up, compile a bundled sample model for this CPU, run it, print outputs + latency
+#   ./dev.sh test   set up, run the test suite
+# Setup installs what is missing: Debian packages (a C++ compiler to link artifacts, python3-venv)
+# when run as root or with sudo, then a virtualenv in .venv with forgekit and its test dependencies.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3.11}
+VENV=${VENV:-.venv}
+# The tests also link a real aarch64 artifact: the GNU cross toolchain comes from Debian.
+TEST_APT_PACKAGES=(g++-aarch64-linux-gnu)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "error: missing packages $*; install them (apt-get install $*)" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  log "installing Debian packages: $*"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+system_deps() {
+  command -v "$PYTHON" >/dev/null || PYTHON=python3
+  local missing=()
+  command -v g++ >/dev/null || missing+=(g++)
+  "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+  if [ "${WITH_TEST_TOOLS:-0}" = 1 ]; then
+    command -v aarch64-linux-gnu-g++ >/dev/null || missing+=("${TEST_APT_PACKAGES[@]}")
+  fi
+  if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
+}
+
+venv() {
+  system_deps
+  local stamp="$VENV/.forgekit-stamp" want
+  want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return; fi
+  log "creating $VENV and installing forgekit with test dependencies"
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+}
+
+demo() {
+  venv
+  local out=${DEMO_OUTPUT:-compile_output/demo}
+  log "compiling sample:resnet50 (from the onnx wheel) for this CPU"
+  "$VENV/bin/forgekit" compile sample:resnet50 --target host -o "$out" --force
+  log "running it"
+  "$VENV/bin/forgekit" run "$out" --random --bench "${DEMO_RUNS:-5}"
+}
+
+tests() {
+  WITH_TEST_TOOLS=1 venv
+  log "running the test suite"
+  "$VENV/bin/python" -m pytest "$@"
+}
+
+case "${1:-}" in
+  demo) shift; demo "$@" ;;
+  test) shift; tests "$@" ;;
+  setup) venv ;;
+  *) echo "usage: ./dev.sh demo | test [pytest args] | setup" >&2; exit 2 ;;
+esac

@@ -1,0 +1,47 @@
+"""forgekit: ONNX models to fast, deployable libraries for many targets, on Apache TVM (Relax).
+
+The public API is loaded lazily so that ``import forgekit.runtime`` (deployment) never imports the TVM
+compiler::
+
+    import forgekit as forge
+    ir = forge.from_onnx("resnet50.onnx")
+    ir.compile(target="raspberry-pi/5", output_path="out/")
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "IRModule": "forgekit.ir",
+    "RelayModule": "forgekit.ir",
+    "from_onnx": "forgekit.ir",
+    "compile_model": "forgekit.compiler",
+    "CompileResult": "forgekit.compiler",
+    "Engine": "forgekit.runtime",
+    "parse_target": "forgekit.targets",
+    "list_target_tags": "forgekit.targets",
+    "list_cuda_tags": "forgekit.targets",
+    "list_x86_tags": "forgekit.targets",
+    "list_arm_tags": "forgekit.targets",
+    "list_android_tags": "forgekit.targets",
+    "ForgekitError": "forgekit.errors",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forgekit' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,3 @@
+from forgekit.cli import main
+
+main()

@@ -1,0 +1,293 @@
+"""The ``forgekit`` command line: thin adapters over the library.
+
+Every user error is a :class:`~forgekit.errors.ForgekitError`: it is printed as one line
+(``error: ...``, plus a ``::error::`` annotation on GitHub Actions) and the process exits with the
+error's code.  ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import numpy as np
+import typer
+
+from . import __version__
+from .errors import ForgekitError, InputError, UsageError
+
+app = typer.Typer(
+    name="forgekit",
+    help="Compile ONNX models into fast, deployable libraries for CPUs, ARM boards, Android and CUDA.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_STATE = {"debug": False}
+
+
+def _fail(message: str, code: int) -> None:
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        print(f"::error::forgekit: {message}", file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def _command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ForgekitError into one line and an exit code (traceback with --debug)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ForgekitError as exc:
+            if _STATE["debug"]:
+                raise
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"forgekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    _STATE["debug"] = debug
+
+
+# --------------------------------------------------------------------------- helpers
+def parse_shapes(specs: list[str] | None) -> dict[str, list[int | str]] | None:
+    """``["x=1x3x224x224", "mask=1,128"]`` → ``{"x": [1, 3, 224, 224], "mask": [1, 128]}``."""
+    if not specs:
+        return None
+    out: dict[str, list[int | str]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        if not sep or not name or not dims:
+            raise UsageError(f"--input-shape '{spec}' must look like name=1x3x224x224.")
+        parts = dims.replace(",", "x").split("x")
+        try:
+            out[name] = [int(p) if p.strip().isdigit() else p.strip() for p in parts if p.strip()]
+        except ValueError:
+            raise UsageError(f"--input-shape '{spec}' has a bad dimension.") from None
+    return out
+
+
+def _model_arg(model: str | None, input_path: str | None) -> str:
+    from .samples import resolve
+
+    if model and input_path and model != input_path:
+        raise UsageError("Give the model once: as MODEL or as --input_path, not both.")
+    chosen = model or input_path
+    if not chosen:
+        raise UsageError("No model given: pass MODEL (an .onnx path or sample:NAME).")
+    return resolve(chosen)
+
+
+def _fmt_shape(shape: Any) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+ShapeOpt = Annotated[Optional[list[str]], typer.Option("--input-shape", "--input_shape",
+                                                       help="Pin an input shape: name=1x3x224x224 (repeatable).")]
+
+
+# --------------------------------------------------------------------------- inspect
+@app.command()
+@_command
+def inspect(
+    model: Annotated[Optional[str], typer.Argument(help="ONNX file or sample:NAME.")] = None,
+    input_path: Annotated[Optional[str], typer.Option("--input_path", "--input-path", hidden=True)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    input_shape: ShapeOpt = None,
+) -> None:
+    """Show a model's inputs, outputs, operators, hash and fingerprint."""
+    from .ir import from_onnx
+
+    path = _model_arg(model, input_path)
+    ir = from_onnx(path, parse_shapes(input_shape))
+    info = {
+        "model": path,
+        "inputs": [t.to_dict() for t in ir.input_nodes],
+        "outputs": [t.to_dict() for t in ir.output_nodes],
+        "operators": ir.operators,
+        "graph_count": ir.graph_count,
+        "subgraph_count": ir.subgraph_count,
+        "hash": f"{ir.structural_hash():016x}",
+        "fingerprint": ir.fingerprint,
+    }
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=os.path.basename(path), show_header=True)
+    for column in ("", "name", "shape", "dtype"):
+        table.add_column(column)
+    for kind, items in (("input", info["inputs"]), ("output", info["outputs"])):
+        for t in items:
+            table.add_row(kind, t["name"], _fmt_shape(t["shape"]), t["dtype"])
+    console.print(table)
+    ops = ", ".join(f"{k}×{v}" for k, v in info["operators"].items())
+    console.print(f"operators: {ops}", highlight=False)
+    console.print(f"hash: {info['hash']}   fingerprint: {info['fingerprint']}", highlight=False)
+
+
+# --------------------------------------------------------------------------- compile
+@app.command()
+@_command
+def compile(  # noqa: A001 - the verb users type
+    model: Annotated[Optional[str], typer.Argument(help="ONNX file or sample:NAME.")] = None,
+    target: Annotated[str, typer.Option("--target", "-t", help="Target: tag, 'host', legacy string or JSON.")] = "host",
+    host: Annotated[Optional[str], typer.Option("--host", help="Host CPU target of a GPU target.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", "--output_path", "--output-path",
+                                        help="Artifact directory to create.")] = "./compile_output",
+    input_path: Annotated[Optional[str], typer.Option("--input_path", "--input-path", help="Model (LEIP spelling).")] = None,
+    opt_level: Annotated[int, typer.Option("--opt-level", "-O", min=0, max=4, help="Optimization level 0-4.")] = 3,
+    float16: Annotated[bool, typer.Option("--float16", help="Compute conv/matmul in fp16.")] = False,
+    layout: Annotated[Optional[str], typer.Option("--layout", help="Channel layout: first|last|NCHW|NHWC.")] = None,
+    export_ir: Annotated[bool, typer.Option("--export-ir", "--export-relay", help="Also write the IR as TVMScript.")] = False,
+    export_metadata: Annotated[bool, typer.Option("--export-metadata", help="Also write compile_report.json.")] = False,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Replace an existing output directory.")] = False,
+    uuid: Annotated[Optional[str], typer.Option("--uuid", help="UUID to record (random by default).")] = None,
+    input_shape: ShapeOpt = None,
+) -> None:
+    """Compile a model into an artifact directory (model_library.so + metadata.json)."""
+    from .ir import from_onnx
+
+    path = _model_arg(model, input_path)
+    ir = from_onnx(path, parse_shapes(input_shape))
+    result = ir.compile(target=target, host=host, output_path=output, opt_level=opt_level, set_float16=float16,
+                        set_channel_layout=layout, export_relay=export_ir, export_metadata=export_metadata,
+                        force_overwrite=force, uuid=uuid)
+    meta = result.metadata
+    print(f"compiled {os.path.basename(path)} for {meta['build']['target_name']} "
+          f"(opt level {opt_level}) in {meta['build']['compile_seconds']:.1f} s")
+    print(f"artifact: {result.path}")
+    print(f"library:  {result.library.name} ({meta['library']['size'] / 1e6:.1f} MB, sha256 {meta['library']['sha256'][:16]}…)")
+
+
+# --------------------------------------------------------------------------- run
+def _load_inputs(engine: Any, specs: list[str] | None, random: bool) -> list[np.ndarray]:
+    if random:
+        if specs:
+            raise UsageError("Give either --input files or --random, not both.")
+        return engine.example_inputs(random=True)
+    if not specs:
+        raise UsageError("No inputs: pass --input name=file.npy (or file.npz), or --random.")
+    feeds: dict[str, np.ndarray] = {}
+    positional: list[np.ndarray] = []
+    for spec in specs:
+        name, sep, file = spec.partition("=") if "=" in spec else ("", "", spec)
+        file_path = Path(file)
+        if not file_path.exists():
+            raise InputError(f"Input file '{file}' does not exist.")
+        try:
+            loaded = np.load(file_path, allow_pickle=False)
+        except Exception as exc:
+            raise InputError(f"Cannot read '{file}' as .npy/.npz: {exc}") from None
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            feeds.update({k: loaded[k] for k in loaded.files})
+        elif sep:
+            feeds[name] = loaded
+        else:
+            positional.append(loaded)
+    if feeds and positional:
+        raise UsageError("Mix of named (name=file) and unnamed inputs: name all of them.")
+    if feeds:
+        return [feeds[n] if n in feeds else _missing(n) for n in engine.input_names] if engine.input_names \
+            else list(feeds.values())
+    return positional
+
+
+def _missing(name: str) -> np.ndarray:
+    raise InputError(f"No value for input '{name}'.")
+
+
+def summarize(name: str, array: np.ndarray) -> str:
+    """One line describing an output: shape, dtype, range, and top-5 classes for score vectors."""
+    text = f"{name}: {_fmt_shape(array.shape)} {array.dtype}"
+    if array.size and np.issubdtype(array.dtype, np.number):
+        text += f" min={array.min():.4g} max={array.max():.4g} mean={array.mean():.4g}"
+        # A score vector (one dimension larger than 1, e.g. 1x1000x1x1) gets its top-5 classes.
+        big = [d for d in array.shape if d > 1]
+        if len(big) == 1 and 10 <= big[0] <= 100000:
+            flat = array.reshape(-1)
+            top = np.argsort(flat)[::-1][:5]
+            text += " top5=" + ",".join(f"{i}:{flat[i]:.3g}" for i in top)
+    return text
+
+
+@app.command()
+@_command
+def run(
+    artifact: Annotated[str, typer.Argument(help="Artifact directory (or model_library.so).")],
+    inputs: Annotated[Optional[list[str]], typer.Option("--input", "-i", help="name=file.npy, file.npy or file.npz (repeatable).")] = None,
+    random: Annotated[bool, typer.Option("--random", help="Run on random inputs of the right shapes.")] = False,
+    save: Annotated[Optional[str], typer.Option("--save", help="Write the outputs to this .npz file.")] = None,
+    bench: Annotated[int, typer.Option("--bench", min=0, help="Also time this many runs.")] = 10,
+) -> None:
+    """Run an artifact on inputs, print a summary of the outputs and the latency."""
+    import time
+
+    from .runtime import Engine
+
+    start = time.perf_counter()
+    engine = Engine(artifact)
+    load_ms = (time.perf_counter() - start) * 1e3
+    feeds = _load_inputs(engine, inputs, random)
+    outputs = engine.infer(*feeds)
+    names = engine.output_names or [f"output_{i}" for i in range(len(outputs))]
+    for name, array in zip(names, outputs):
+        print(summarize(name, array))
+    if save:
+        save_path = Path(save)
+        if save_path.exists():
+            raise UsageError(f"'{save}' exists: choose another file name.")
+        np.savez(save_path, **dict(zip(names, outputs)))
+        print(f"outputs saved to {save_path}")
+    if bench:
+        stats = engine.benchmark(n=bench, warmup=1, inputs=feeds)
+        print(f"latency: median {stats['median_ms']:.2f} ms, p90 {stats['p90_ms']:.2f} ms over {bench} runs "
+              f"(load {load_ms:.0f} ms)")
+    print(f"artifact: {Path(artifact).absolute()}")
+
+
+# --------------------------------------------------------------------------- targets
+@app.command()
+@_command
+def targets(
+    family: Annotated[Optional[str], typer.Option("--family", help="cuda, x86, arm or android.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each tag's target string.")] = False,
+) -> None:
+    """List the target tags forgekit accepts (its own first, then TVM's)."""
+    from .targets import list_target_tags
+
+    try:
+        rows = list_target_tags(verbose=True, family=family)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for tag, text in rows:
+        print(f"{tag:40s} {text}" if verbose else tag)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

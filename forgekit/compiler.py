@@ -1,0 +1,190 @@
+"""``compile_model``: IRModule → artifact directory (library + metadata), written atomically.
+
+Everything is written into a temporary sibling directory that is renamed into place at the end, so a
+failed compile never leaves a half-written ``output_path`` behind, and an existing one is replaced only
+with ``force_overwrite``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid as _uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from . import metadata as md
+from .errors import CompileError, NotAvailableError, OutputExistsError, UsageError
+from .pipeline import BuildReport, build_executable, normalize_layout
+from .targets import get_family, parse_target
+
+if TYPE_CHECKING:
+    from .ir import IRModule
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """Where :func:`compile_model` put the artifact and what it wrote."""
+
+    path: Path
+    library: Path
+    metadata: dict[str, Any]
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def _check_output(path: Path, force: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise OutputExistsError(f"Output path '{path}' is a file: choose a directory path.")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise OutputExistsError(f"Output directory '{path}' already exists: pass --force (force_overwrite=True) "
+                                "to replace it, or choose another path.")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary directory next to ``path``; on success it replaces ``path``, else it is removed."""
+    path = Path(path).absolute()
+    _check_output(path, force)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the artifact should look like any mkdir
+    try:
+        yield tmp
+        _check_output(path, force)  # someone may have created it meanwhile
+        if path.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, trash / "old")
+            os.replace(tmp, path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def compile_model(
+    ir: IRModule,
+    target: Any = "llvm",
+    host: Any = None,
+    output_path: Any = "./compile_output",
+    opt_level: int = 3,
+    set_float16: bool = False,
+    set_channel_layout: str | None = None,
+    export_relay: bool = False,
+    export_metadata: bool = False,
+    force_overwrite: bool = False,
+    uuid: str | None = None,
+    encrypt_password: str | None = None,
+) -> CompileResult:
+    """Compile ``ir`` for ``target`` into ``output_path``.
+
+    Parameters
+    ----------
+    ir:
+        The model.
+    target, host:
+        Anything :func:`forgekit.targets.parse_target` accepts (tag, legacy string, JSON, dict).
+    output_path:
+        Artifact directory to create.  It must not exist (or be empty) unless ``force_overwrite``.
+    opt_level:
+        0-4, see :data:`forgekit.pipeline.OPT_LEVELS`.
+    set_float16:
+        Compute convolutions and matmuls in fp16 (fp32 accumulation).
+    set_channel_layout:
+        ``None``/``"first"`` keep NCHW; ``"last"`` converts convolutions and pools to NHWC.
+    export_relay:
+        Also write the optimized Relax IR as TVMScript (``model.relax.py``).
+    export_metadata:
+        Also write ``compile_report.json`` (operator histogram, passes, stage timings).
+        ``metadata.json`` is always written: the runtime needs it.
+    force_overwrite:
+        Replace an existing ``output_path``.
+    uuid:
+        Identifier recorded in the metadata (a random UUID4 when None).
+    encrypt_password:
+        Encrypt the library (not available in this version: raises :class:`NotAvailableError`).
+
+    Returns
+    -------
+    CompileResult
+        The artifact path, library path and the metadata written.
+    """
+    if encrypt_password is not None:
+        raise NotAvailableError("Encryption is not available in this forgekit version yet.")
+    if not isinstance(opt_level, int) or isinstance(opt_level, bool):
+        raise UsageError(f"opt_level must be an integer 0-4, got {opt_level!r}.")
+    layout = normalize_layout(set_channel_layout)
+    if uuid is not None:
+        try:
+            uuid = str(_uuid.UUID(str(uuid)))
+        except ValueError:
+            raise UsageError(f"uuid '{uuid}' is not a valid UUID.") from None
+    spec = parse_target(target, host)
+    family = get_family(spec.family)
+    output = Path(output_path)
+    _check_output(output.absolute(), force_overwrite)
+    fcompile = family.linker(spec)  # fails fast, before a long build, when the toolchain is missing
+
+    start = time.perf_counter()
+    report = BuildReport(opt_level)
+    executable = build_executable(ir, spec, opt_level=opt_level, float16=set_float16, layout=layout, report=report)
+    with atomic_directory(output, force_overwrite) as tmp:
+        library = tmp / md.LIBRARY_FILE
+        t_export = time.perf_counter()
+        try:
+            if fcompile is None:
+                executable.export_library(str(library))
+            else:
+                executable.export_library(str(library), fcompile=fcompile)
+        except Exception as exc:  # the linker's output is long; its last line says what broke
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+            raise CompileError(f"Linking {md.LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
+        report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+        compile_seconds = round(time.perf_counter() - start, 3)
+        sha, size = md.file_digest(library)
+        context = {
+            "uuid": uuid or str(_uuid.uuid4()),
+            "created": md.created_timestamp(),
+            "library": {"file": md.LIBRARY_FILE, "sha256": sha, "size": size, "encrypted": False},
+            "model": {
+                "source": os.path.basename(ir._source.path) if ir._source and ir._source.path else None,
+                "hash": f"{ir.structural_hash():016x}",
+                "fingerprint": ir.fingerprint,
+                "precision": "float16" if set_float16 else ir.precision,
+                "layout": "NHWC" if layout == "last" else "NCHW",
+                "inputs": [t.to_dict() for t in ir.input_nodes],
+                "outputs": [t.to_dict() for t in ir.output_nodes],
+            },
+            "build": {
+                "opt_level": opt_level,
+                "float16": set_float16,
+                "target": spec.target,
+                "host": spec.host_dict,
+                "target_name": spec.name,
+                "family": spec.family,
+                "triple": spec.to_dict()["triple"],
+                "arch": spec.arch,
+                "toolchain": family.toolchain(spec),
+                "compile_seconds": compile_seconds,
+            },
+            "versions": md.versions(),
+        }
+        (tmp / md.METADATA_FILE).write_text(md.render_metadata(**context))
+        if export_relay:
+            (tmp / "model.relax.py").write_text(ir.mod.script(show_meta=False))
+        if export_metadata:
+            report_data = {"operators": ir.operators, "passes": report.passes, "seconds": report.seconds}
+            (tmp / "compile_report.json").write_text(json.dumps(report_data, indent=2) + "\n")
+        written = json.loads((tmp / md.METADATA_FILE).read_text())
+    return CompileResult(output.absolute(), output.absolute() / md.LIBRARY_FILE, written)

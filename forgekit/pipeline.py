@@ -1,0 +1,203 @@
+"""Compilation stages: graph-level presets per ``opt_level`` and the build into an executable.
+
+Each stage is a plain function; :data:`OPT_LEVELS` documents what every level runs (the ``-O`` flags of
+TVM's own Relax passes are nearly all registered at level 0, so a PassContext opt_level alone changes
+almost nothing — forgekit builds its presets from explicit pass lists instead):
+
+====  =====================================================================================
+ 0    Legalize and build operator by operator: no folding, no fusion (for debugging).
+ 1    + constant folding, common-subexpression and dead-code elimination, binding cleanup.
+ 2    + operator fusion (FuseOps/FuseTIR), batch-norm folding into convolutions.
+ 3    + transpose-into-matmul fusion, merging of parallel matmuls, target schedules (default).
+ 4    + LLVM fast-math (reassociation, contraction): faster reductions, results may differ in
+      the last bits.
+====  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import CompileError, UsageError
+
+if TYPE_CHECKING:
+    from .ir import IRModule
+    from .targets import TargetSpec
+
+OPT_LEVELS: dict[int, str] = {
+    0: "legalize and build each operator; no folding or fusion",
+    1: "constant folding, CSE, dead-code elimination",
+    2: "level 1 + operator fusion + batch-norm folding",
+    3: "level 2 + matmul rewrites + target schedules",
+    4: "level 3 + LLVM fast-math",
+}
+
+#: ``set_channel_layout`` value -> ConvertLayout request (data layout, kernel layout)
+LAYOUTS: dict[str, tuple[str, str] | None] = {
+    "first": None,  # ONNX is channels-first already
+    "nchw": None,
+    "last": ("NHWC", "OHWI"),
+    "nhwc": ("NHWC", "OHWI"),
+}
+
+
+@dataclass
+class BuildReport:
+    """What the build did, for ``compile_report.json``."""
+
+    opt_level: int
+    passes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def normalize_layout(layout: str | None) -> str | None:
+    """Map ``first``/``last``/``NCHW``/``NHWC`` (any case) to ``"first"``/``"last"`` or None."""
+    if layout is None:
+        return None
+    key = str(layout).lower()
+    if key not in LAYOUTS:
+        raise UsageError(f"Unknown channel layout '{layout}': use first, last, NCHW or NHWC.")
+    return "last" if LAYOUTS[key] else "first"
+
+
+def has_op(mod: Any, op_name: str) -> bool:
+    """Whether any Relax function of ``mod`` calls the operator ``op_name`` (e.g. ``relax.nn.conv2d``)."""
+    import tvm
+    from tvm import relax
+
+    found = []
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op_name:
+            found.append(expr)
+
+    for _gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
+def fold_batch_norms(mod: Any) -> Any:
+    """Fold inference batch-norms into the preceding convolution: ``conv(x, W) [+ b] → bn`` becomes
+    ``conv(x, W * s) + ((b - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``.
+
+    TVM's ``FoldBatchnormToConv2D`` only matches a batch-norm directly after the convolution, but ONNX
+    exporters put the convolution bias in between, so forgekit folds with its own pattern (in float64,
+    on constants only, NCHW/OIHW only).  Unmatched batch-norms are decomposed at build time.
+    """
+    import numpy as np
+    from tvm import relax
+    from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
+
+    data, weight, bias = wildcard(), is_const(), is_const()
+    gamma, beta, mean, var = is_const(), is_const(), is_const(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    norm = is_op("relax.nn.batch_norm")(is_op("relax.add")(conv, bias) | conv, gamma, beta, mean, var)
+    pattern = is_tuple_get_item(norm, 0)
+
+    def rewrite(expr: Any, matched: Any) -> Any:
+        call, bn = matched[conv], matched[norm]
+        attrs, bn_attrs = call.attrs, bn.attrs
+        if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or int(bn_attrs.axis) != 1:
+            return expr
+        w = matched[weight].value.numpy()
+        channels = w.shape[0]
+        b = matched[bias].value.numpy() if bias in matched else np.zeros(channels, w.dtype)
+        if b.size != channels:
+            return expr
+        g, bt, mu, v = (matched[p].value.numpy().astype(np.float64) for p in (gamma, beta, mean, var))
+        scale = g / np.sqrt(v + float(bn_attrs.epsilon))
+        new_w = (w.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.dtype)
+        new_b = ((b.reshape(-1).astype(np.float64) - mu) * scale + bt).astype(w.dtype).reshape(1, -1, 1, 1)
+        folded = relax.op.nn.conv2d(call.args[0], relax.const(new_w), strides=attrs.strides, padding=attrs.padding,
+                                    dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+                                    kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout,
+                                    out_dtype=attrs.out_dtype)
+        return relax.op.add(folded, relax.const(new_b))
+
+    if not has_op(mod, "relax.nn.batch_norm"):
+        return mod
+    import tvm
+
+    functions = {gv: rewrite_call(pattern, rewrite, func) if isinstance(func, relax.Function) else func
+                 for gv, func in mod.functions.items()}
+    return tvm.IRModule(functions, attrs=mod.attrs)  # a new module: callers keep theirs unchanged
+
+
+def _fold_batch_norms_pass() -> Any:
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="ForgekitFoldBatchNorm")
+    def fold(mod: Any, _ctx: Any) -> Any:
+        return fold_batch_norms(mod)
+
+    return fold
+
+
+def graph_passes(opt_level: int, *, float16: bool = False, layout: str | None = None) -> list[Any]:
+    """Relax-to-Relax passes that run before lowering, for ``opt_level``."""
+    from tvm import relax
+
+    T = relax.transform
+    passes: list[Any] = [T.DecomposeOpsForInference()]
+    if opt_level >= 1:
+        passes += [T.FoldConstant(), T.CanonicalizeBindings(), T.EliminateCommonSubexpr(), T.DeadCodeElimination()]
+    if opt_level >= 2:
+        passes += [_fold_batch_norms_pass(), T.FoldConstant()]
+    if opt_level >= 3:
+        passes += [T.FuseTransposeMatmul(), T.CombineParallelMatmul(), T.FoldConstant()]
+    if normalize_layout(layout) == "last":
+        data, kernel = LAYOUTS["last"]  # type: ignore[misc]
+        passes += [T.ConvertLayout({"relax.nn.conv2d": [data, kernel], "relax.nn.max_pool2d": [data],
+                                    "relax.nn.avg_pool2d": [data], "relax.nn.adaptive_avg_pool2d": [data]}),
+                   T.FoldConstant()]
+    if float16:
+        # Compute convolutions and matmuls in fp16 but accumulate in fp32: the error stays ~1e-3.
+        passes += [T.ToMixedPrecision(out_dtype="float32"), T.FoldConstant()]
+    return passes
+
+
+def lowering_pipeline(opt_level: int, target: Any) -> Any:
+    """The Relax→VM pipeline: TVM's default (with fusion) from level 2, unfused below."""
+    from tvm import relax
+
+    if opt_level >= 2:
+        return relax.get_default_pipeline(target)
+    return relax.get_pipeline("default_build")
+
+
+def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
+    """The ``tvm.target.Target`` to build with (level 4 turns on LLVM fast-math)."""
+    if opt_level >= 4 and spec.is_cpu:
+        from dataclasses import replace
+
+        spec = replace(spec, target={**spec.target, "fast-math": True})
+    return spec.tvm_target()
+
+
+def build_executable(ir: IRModule, spec: TargetSpec, *, opt_level: int = 3, float16: bool = False,
+                     layout: str | None = None, report: BuildReport | None = None) -> Any:
+    """Run the graph passes and the lowering pipeline; returns a ``tvm.relax.Executable``."""
+    import tvm
+
+    if opt_level not in OPT_LEVELS:
+        raise UsageError(f"opt_level must be one of {sorted(OPT_LEVELS)}, got {opt_level!r}.")
+    target = tvm_target_for(spec, opt_level)
+    report = report or BuildReport(opt_level)
+    passes = graph_passes(opt_level, float16=float16, layout=layout)
+    report.passes = [p.info.name for p in passes]
+    try:
+        start = time.perf_counter()
+        mod = tvm.transform.Sequential(passes)(ir.mod)
+        report.seconds["graph_passes"] = round(time.perf_counter() - start, 3)
+        start = time.perf_counter()
+        with target:
+            executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(opt_level, target))
+        report.seconds["lower_and_codegen"] = round(time.perf_counter() - start, 3)
+    except Exception as exc:
+        from .frontend import _first_line
+
+        raise CompileError(f"TVM failed to compile for {spec.name}: {_first_line(exc)}") from exc
+    return executable

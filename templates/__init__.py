@@ -1,0 +1,1 @@
+"""jinja2 templates of artifact metadata; installed as the package ``forgekit.templates``."""

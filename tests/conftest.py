@@ -1,0 +1,141 @@
+"""Shared fixtures: tiny ONNX models built in code, the onnx wheel's light models, onnxruntime."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+# Tolerances used throughout: outputs are compared against onnxruntime with these unless a test says
+# otherwise (atol is relative to the output's scale: atol * max|reference|).
+RTOL = 1e-3
+ATOL = 1e-4
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> None:
+    """allclose with atol scaled by the reference's magnitude, and a readable failure."""
+    expected = np.asarray(expected)
+    actual = np.asarray(actual).reshape(expected.shape)
+    scale = float(np.max(np.abs(expected))) or 1.0
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol * scale)
+
+
+def make_convnet(seed: int = 0, batch: int | str = "N", with_bn: bool = True) -> onnx.ModelProto:
+    """Conv(3→8,3x3) → BatchNorm → Relu → GlobalAveragePool → Flatten → Gemm(8→10) → Softmax."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3, "conv_w"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, "conv_b"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), "bn_scale"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, "bn_bias"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, "bn_mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), "bn_var"),
+        numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc_b"),
+    ]
+    nodes = [helper.make_node("Conv", ["input", "conv_w", "conv_b"], ["conv"], pads=[1, 1, 1, 1], name="conv1")]
+    last = "conv"
+    if with_bn:
+        nodes.append(helper.make_node("BatchNormalization", ["conv", "bn_scale", "bn_bias", "bn_mean", "bn_var"],
+                                      ["bn"], epsilon=1e-5, name="bn1"))
+        last = "bn"
+    nodes += [
+        helper.make_node("Relu", [last], ["relu"], name="relu1"),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pool"], name="pool"),
+        helper.make_node("Flatten", ["pool"], ["flat"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1, name="fc"),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1, name="softmax"),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny_convnet",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 10])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="forgekit-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def make_two_output_model() -> onnx.ModelProto:
+    """Two inputs (a: 2x4, b: 2x4) → (a+b, a*b): exercises multiple inputs/outputs and names."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["sum"]), helper.make_node("Mul", ["a", "b"], ["prod"])],
+        "two_out",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("sum", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("prod", TensorProto.FLOAT, [2, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def make_unsupported_model() -> onnx.ModelProto:
+    """A graph whose LSTM and com.microsoft.FusedConv nodes forgekit cannot import (not checked)."""
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=4, name="lstm_a"),
+         helper.make_node("LSTM", ["y", "w", "r"], ["y2"], hidden_size=4, name="lstm_b"),
+         helper.make_node("FusedConv", ["y2"], ["z"], domain="com.microsoft", name="fused"),
+         helper.make_node("Relu", ["z"], ["out"], name="relu")],
+        "unsupported",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
+
+
+def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Reference outputs from onnxruntime (CPU, deterministic single-thread)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+@pytest.fixture(scope="session")
+def convnet_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "convnet.onnx"
+    onnx.save(make_convnet(), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def convnet_input() -> np.ndarray:
+    return np.random.default_rng(42).standard_normal((2, 3, 16, 16)).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def convnet_compiled(convnet_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny convnet compiled for this CPU at batch 2 (shared by runtime and CLI tests)."""
+    import forgekit
+
+    out = tmp_path_factory.mktemp("artifacts") / "convnet"
+    forgekit.from_onnx(convnet_path, {"input": [2, 3, 16, 16]}).compile(target="host", output_path=out)
+    return out
+
+
+def forgekit_bin() -> str:
+    """The installed console script (the real binary users run)."""
+    candidate = Path(sys.executable).parent / "forgekit"
+    return str(candidate) if candidate.exists() else (shutil.which("forgekit") or "forgekit")
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("GITHUB_ACTIONS", None) if env is None or "GITHUB_ACTIONS" not in env else None
+    return subprocess.run([forgekit_bin(), *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=900)

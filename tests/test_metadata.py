@@ -1,0 +1,57 @@
+"""Metadata rendering: StrictUndefined, JSON validity, golden file (forgekit/metadata.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from forgekit import metadata as md
+
+GOLDEN = Path(__file__).parent / "golden" / "metadata.json"
+
+CONTEXT = {
+    "uuid": "00000000-0000-4000-8000-000000000000",
+    "created": "2023-11-14T22:13:20Z",
+    "library": {"file": "model_library.so", "sha256": "ab" * 32, "size": 1234, "encrypted": False},
+    "model": {
+        "source": "convnet.onnx", "hash": "0123456789abcdef", "fingerprint": "cd" * 32, "precision": "float32",
+        "layout": "NCHW",
+        "inputs": [{"name": "input", "shape": ["N", 3, 16, 16], "dtype": "float32"}],
+        "outputs": [{"name": "probs", "shape": ["N", 10], "dtype": "float32"}],
+    },
+    "build": {
+        "opt_level": 3, "float16": False, "target": {"kind": "llvm", "mcpu": "znver4"},
+        "host": {"kind": "llvm", "mcpu": "znver4"}, "target_name": "x86/znver4", "family": "x86",
+        "triple": "x86_64-linux-gnu", "arch": "x86_64", "toolchain": {"linker": "g++", "linker_version": "g++ 12"},
+        "compile_seconds": 1.5,
+    },
+    "versions": {"forgekit": "0.1.0", "tvm": "0.27.0.post1", "tvm_ffi": "0.1.14.post0", "onnx": "1.20.0"},
+}
+
+
+def test_rendering_matches_golden_file() -> None:
+    text = md.render_metadata(**CONTEXT)
+    assert text == GOLDEN.read_text(), "metadata layout changed: update tests/golden/metadata.json on purpose"
+    assert json.loads(text)["model"]["inputs"][0]["shape"] == ["N", 3, 16, 16]
+
+
+def test_missing_field_fails_loudly() -> None:
+    broken = {k: v for k, v in CONTEXT.items() if k != "versions"}
+    with pytest.raises(jinja2.UndefinedError):
+        md.render_metadata(**broken)
+
+
+def test_source_date_epoch(monkeypatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    assert md.created_timestamp() == "1970-01-01T00:00:00Z"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert md.created_timestamp().endswith("Z")
+
+
+def test_templates_ship_inside_the_package() -> None:
+    from importlib import resources
+
+    assert resources.files("forgekit.templates").joinpath("metadata.json.j2").is_file()

@@ -1,0 +1,103 @@
+"""forgekit.runtime.Engine: loading, validation, alignment, benchmark (forgekit/runtime.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import assert_close, ort_run
+from forgekit.errors import ArtifactError, InputError
+from forgekit.runtime import Engine, aligned_copy
+
+
+@pytest.fixture(scope="module")
+def engine(convnet_compiled):
+    return Engine(convnet_compiled)
+
+
+def test_description(engine) -> None:
+    assert engine.input_names == ["input"] and engine.input_shapes == [(2, 3, 16, 16)]
+    assert engine.input_dtypes == ["float32"] and engine.output_names == ["probs"]
+    assert engine.output_shapes == [(2, 10)] and engine.output_dtypes == ["float32"]
+    assert engine.metadata["schema"] == "forgekit.artifact/1"
+
+
+def test_infer_positional_and_by_name(engine, convnet_path, convnet_input) -> None:
+    expected = ort_run(onnx.load(convnet_path), {"input": convnet_input})[0]
+    (out,) = engine.infer(convnet_input)
+    assert_close(out, expected)
+    assert_close(engine.infer({"input": convnet_input})[0], expected)
+
+
+def test_library_path_works_too(convnet_compiled, convnet_input) -> None:
+    engine = Engine(convnet_compiled / "model_library.so")
+    assert engine.input_names == ["input"]
+    assert engine.infer(convnet_input)[0].shape == (2, 10)
+
+
+def test_outputs_survive_the_next_call(engine, convnet_input) -> None:
+    first = engine.infer(convnet_input)[0]
+    snapshot = first.copy()
+    engine.infer(np.zeros_like(convnet_input))
+    np.testing.assert_array_equal(first, snapshot)
+
+
+def test_unaligned_and_strided_inputs_are_copied(engine, convnet_input) -> None:
+    raw = np.empty(convnet_input.nbytes + 64 + 4, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64 + 4  # deliberately 4 bytes off a 64-byte boundary
+    unaligned = raw[start:start + convnet_input.nbytes].view(np.float32).reshape(convnet_input.shape)
+    unaligned[...] = convnet_input
+    assert unaligned.ctypes.data % 64 != 0
+    np.testing.assert_array_equal(engine.infer(unaligned)[0], engine.infer(convnet_input)[0])
+    strided = np.asfortranarray(convnet_input)
+    np.testing.assert_array_equal(engine.infer(strided)[0], engine.infer(convnet_input)[0])
+    assert aligned_copy(unaligned).ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [((np.zeros((1, 3, 16, 16), np.float32),), "shape 1x3x16x16; the model expects 2x3x16x16"),
+     ((np.zeros((2, 3, 16, 16), np.float64),), "dtype float64; the model expects float32"),
+     ((np.zeros((2, 3, 16, 16), np.float32),) * 2, "takes 1 input"),
+     (({"image": np.zeros((2, 3, 16, 16), np.float32)},), "unknown \\['image'\\]")],
+)
+def test_input_validation(engine, feeds, message) -> None:
+    with pytest.raises(InputError, match=message):
+        engine.infer(*feeds)
+
+
+def test_benchmark_and_warm_up(engine) -> None:
+    engine.warm_up(2)
+    stats = engine.benchmark(n=5)
+    assert stats["runs"] == 5 and 0 < stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"]
+    assert stats["throughput_per_s"] > 0
+    with pytest.raises(InputError):
+        engine.benchmark(n=0)
+
+
+def test_missing_and_broken_artifacts(tmp_path) -> None:
+    with pytest.raises(ArtifactError, match="does not exist"):
+        Engine(tmp_path / "nothing")
+    with pytest.raises(ArtifactError, match="no model_library.so"):
+        Engine(tmp_path)
+    broken = tmp_path / "model_library.so"
+    broken.write_bytes(b"not an elf file")
+    with pytest.raises(ArtifactError, match="Cannot load"):
+        Engine(broken)
+
+
+def test_runtime_does_not_import_the_compiler(convnet_compiled) -> None:
+    code = (
+        "import sys, time; t = time.perf_counter()\n"
+        "from forgekit.runtime import Engine\n"
+        "e = Engine(sys.argv[1]); e.infer(*e.example_inputs())\n"
+        "print('tvm' in sys.modules, round(time.perf_counter() - t, 3))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(convnet_compiled)], capture_output=True, text=True, check=True)
+    imported, seconds = out.stdout.split()
+    assert imported == "False"
+    print(f"runtime import + load + first inference: {seconds} s")
