@@ -23,6 +23,10 @@ def _arm64(mcpu: str, cores: int, *extra: str, triple: str = _AARCH64) -> dict[s
     return {"kind": "llvm", "mtriple": triple, "mcpu": mcpu, "mattr": ["+neon", *extra], "num-cores": cores}
 
 
+def _armhf(mcpu: str) -> dict[str, Any]:
+    return {"kind": "llvm", "mtriple": _ARMHF, "mcpu": mcpu, "mattr": ["+neon"], "mfloat-abi": "hard", "num-cores": 4}
+
+
 def _x86(mcpu: str) -> dict[str, Any]:
     return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": mcpu}
 
@@ -38,18 +42,8 @@ TAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "raspberry-pi/4": ("arm", "Raspberry Pi 4/400/CM4, 64-bit OS (Cortex-A72)", _arm64("cortex-a72", 4)),
     "raspberry-pi/5": ("arm", "Raspberry Pi 5, 64-bit OS (Cortex-A76)", _arm64("cortex-a76", 4, "+dotprod")),
     # Raspberry Pi OS 32-bit (armhf): ARMv7 hard-float with NEON.
-    "raspberry-pi/3-armhf": (
-        "armhf",
-        "Raspberry Pi 3, 32-bit OS (ARMv7 hard-float)",
-        {"kind": "llvm", "mtriple": _ARMHF, "mcpu": "cortex-a53", "mattr": ["+neon"], "mfloat-abi": "hard",
-         "num-cores": 4},
-    ),
-    "raspberry-pi/4-armhf": (
-        "armhf",
-        "Raspberry Pi 4, 32-bit OS (ARMv7 hard-float)",
-        {"kind": "llvm", "mtriple": _ARMHF, "mcpu": "cortex-a72", "mattr": ["+neon"], "mfloat-abi": "hard",
-         "num-cores": 4},
-    ),
+    "raspberry-pi/3-armhf": ("armhf", "Raspberry Pi 3, 32-bit OS (ARMv7 hard-float)", _armhf("cortex-a53")),
+    "raspberry-pi/4-armhf": ("armhf", "Raspberry Pi 4, 32-bit OS (ARMv7 hard-float)", _armhf("cortex-a72")),
     # Generic aarch64 Linux boards.
     "arm/aarch64": ("arm", "Generic ARMv8-A Linux (NEON)", _arm64("generic", 4)),
     "arm/neoverse-n1": ("arm", "AWS Graviton2 / Ampere Altra (Neoverse-N1)", _arm64("neoverse-n1", 4, "+dotprod")),

@@ -11,9 +11,9 @@ from . import android, arm, armhf, cuda, x86
 from .base import Family, native
 
 FAMILIES: dict[str, Family] = {
-    "x86": x86,
-    "arm": arm,
-    "armhf": armhf,
+    "x86": x86.family,
+    "arm": arm.family,
+    "armhf": armhf.family,
     "android": android,
     "cuda": cuda,
     "other": native,

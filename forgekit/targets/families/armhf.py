@@ -1,24 +1,7 @@
 """32-bit ARMv7 hard-float Linux (Raspberry Pi OS 32-bit): GNU cross toolchain."""
 
-from __future__ import annotations
+from .base import GnuFamily
 
-from typing import TYPE_CHECKING, Any, Callable
-
-from .base import require, tool_version
-
-if TYPE_CHECKING:
-    from ..parse import TargetSpec
-
-DESCRIPTION = "ARMv7 hard-float Linux"
-CROSS_CXX = "arm-linux-gnueabihf-g++"
-PACKAGE = "g++-arm-linux-gnueabihf"
-
-
-def linker(spec: TargetSpec) -> Callable[..., Any] | None:
-    from tvm.support import cc
-
-    return cc.cross_compiler(require(CROSS_CXX, PACKAGE, image="aarch64"))
-
-
-def toolchain(spec: TargetSpec) -> dict[str, str]:
-    return {"linker": CROSS_CXX, "linker_version": tool_version(CROSS_CXX)}
+# No armv7 machine runs forgekit's compiler, so "armv7l" only matters for symmetry.
+family = GnuFamily("ARMv7 hard-float Linux", "armv7l", "arm-linux-gnueabihf-g++", "g++-arm-linux-gnueabihf",
+                   image="aarch64")

@@ -55,6 +55,31 @@ def host_cxx() -> str:
     return os.environ.get("CXX", "g++")
 
 
+class GnuFamily:
+    """A Linux family linked by GCC: the host ``g++`` on its own machine, ``<triple>-g++`` elsewhere."""
+
+    def __init__(self, description: str, machine: str, cross_cxx: str, package: str, image: str | None) -> None:
+        self.DESCRIPTION = description
+        self.machine, self.cross_cxx, self.package, self.image = machine, cross_cxx, package, image
+
+    def _native(self) -> bool:
+        return os.uname().machine == self.machine
+
+    def cxx(self) -> str:
+        return host_cxx() if self._native() else self.cross_cxx
+
+    def linker(self, spec: TargetSpec) -> Callable[..., Any] | None:
+        if self._native():
+            require(host_cxx(), "g++")
+            return None
+        from tvm.support import cc
+
+        return cc.cross_compiler(require(self.cross_cxx, self.package, image=self.image))
+
+    def toolchain(self, spec: TargetSpec) -> dict[str, str]:
+        return {"linker": self.cxx(), "linker_version": tool_version(self.cxx())}
+
+
 class _Native:
     """Artifacts for the machine forgekit runs on: TVM's default linker (g++)."""
 
