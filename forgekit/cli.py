@@ -103,6 +103,16 @@ def _fmt_shape(shape: Any) -> str:
     return "x".join(str(d) for d in shape) or "scalar"
 
 
+PasswordFileOpt = Annotated[Optional[str], typer.Option(
+    "--password-file", help="File holding the password ('-' reads stdin). Never pass a password on the command line.")]
+
+
+def _password(password_file: str | None, confirm: bool = False) -> str:
+    from .crypto import password_from_env_or_file
+
+    return password_from_env_or_file(password_file, prompt=sys.stdin.isatty(), confirm=confirm)
+
+
 ShapeOpt = Annotated[Optional[list[str]], typer.Option("--input-shape", "--input_shape",
                                                        help="Pin an input shape: name=1x3x224x224 (repeatable).")]
 
@@ -168,15 +178,19 @@ def compile(  # noqa: A001 - the verb users type
     force: Annotated[bool, typer.Option("--force", "-f", help="Replace an existing output directory.")] = False,
     uuid: Annotated[Optional[str], typer.Option("--uuid", help="UUID to record (random by default).")] = None,
     input_shape: ShapeOpt = None,
+    encrypt: Annotated[bool, typer.Option("--encrypt", help="Encrypt the library; password from "
+                                          "FORGEKIT_ENCRYPT_PASSWORD, --password-file or a prompt.")] = False,
+    password_file: PasswordFileOpt = None,
 ) -> None:
     """Compile a model into an artifact directory (model_library.so + metadata.json)."""
     from .ir import from_onnx
 
     path = _model_arg(model, input_path)
+    password = _password(password_file, confirm=True) if encrypt else None
     ir = from_onnx(path, parse_shapes(input_shape))
     result = ir.compile(target=target, host=host, output_path=output, opt_level=opt_level, set_float16=float16,
                         set_channel_layout=layout, export_relay=export_ir, export_metadata=export_metadata,
-                        force_overwrite=force, uuid=uuid)
+                        force_overwrite=force, uuid=uuid, encrypt_password=password)
     meta = result.metadata
     print(f"compiled {os.path.basename(path)} for {meta['build']['target_name']} "
           f"(opt level {opt_level}) in {meta['build']['compile_seconds']:.1f} s")
@@ -243,14 +257,21 @@ def run(
     random: Annotated[bool, typer.Option("--random", help="Run on random inputs of the right shapes.")] = False,
     save: Annotated[Optional[str], typer.Option("--save", help="Write the outputs to this .npz file.")] = None,
     bench: Annotated[int, typer.Option("--bench", min=0, help="Also time this many runs.")] = 10,
+    key: Annotated[Optional[str], typer.Option("--key", help="Key file of an encrypted artifact "
+                                               "(default: modelKey.bin next to it).")] = None,
+    password_file: PasswordFileOpt = None,
 ) -> None:
     """Run an artifact on inputs, print a summary of the outputs and the latency."""
     import time
 
-    from .runtime import Engine
+    from . import crypto
+    from .runtime import Engine, _resolve
 
     start = time.perf_counter()
-    engine = Engine(artifact)
+    password = None
+    if crypto.is_encrypted(_resolve(Path(artifact))[0]):
+        password = _password(password_file)
+    engine = Engine(artifact, key_path=key, password=password)
     load_ms = (time.perf_counter() - start) * 1e3
     feeds = _load_inputs(engine, inputs, random)
     outputs = engine.infer(*feeds)

@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import metadata as md
-from .errors import CompileError, NotAvailableError, OutputExistsError, UsageError
+from .errors import CompileError, OutputExistsError, UsageError
 from .pipeline import BuildReport, build_executable, normalize_layout
 from .targets import get_family, parse_target
 
 if TYPE_CHECKING:
     from .ir import IRModule
+
+
+KEY_FILE = "modelKey.bin"
 
 
 @dataclass(frozen=True)
@@ -112,15 +115,18 @@ def compile_model(
     uuid:
         Identifier recorded in the metadata (a random UUID4 when None).
     encrypt_password:
-        Encrypt the library (not available in this version: raises :class:`NotAvailableError`).
+        Encrypt the library with AES-256-GCM and write the password-wrapped data key to ``modelKey.bin``
+        (format: ``docs/encryption-format.md``).  Loading then needs the key file and the password.
 
     Returns
     -------
     CompileResult
         The artifact path, library path and the metadata written.
     """
-    if encrypt_password is not None:
-        raise NotAvailableError("Encryption is not available in this forgekit version yet.")
+    if encrypt_password is not None and not str(encrypt_password):
+        from .crypto import EmptyPasswordError
+
+        raise EmptyPasswordError("The encryption password is empty: choose a non-empty password.")
     if not isinstance(opt_level, int) or isinstance(opt_level, bool):
         raise UsageError(f"opt_level must be an integer 0-4, got {opt_level!r}.")
     layout = normalize_layout(set_channel_layout)
@@ -151,12 +157,22 @@ def compile_model(
             detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
             raise CompileError(f"Linking {md.LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
         report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+        artifact_uuid = uuid or str(_uuid.uuid4())
+        if encrypt_password is not None:
+            from . import crypto
+
+            t_encrypt = time.perf_counter()
+            # The library is encrypted in place; the data key, wrapped by the password, goes to modelKey.bin.
+            crypto.encrypt_library(library, library, tmp / KEY_FILE, encrypt_password, uuid=artifact_uuid,
+                                   fingerprint=ir.fingerprint, target=spec.name)
+            report.seconds["encrypt"] = round(time.perf_counter() - t_encrypt, 3)
         compile_seconds = round(time.perf_counter() - start, 3)
-        sha, size = md.file_digest(library)
+        sha, size = md.file_digest(library)  # of the encrypted file when encrypted: what is shipped
         context = {
-            "uuid": uuid or str(_uuid.uuid4()),
+            "uuid": artifact_uuid,
             "created": md.created_timestamp(),
-            "library": {"file": md.LIBRARY_FILE, "sha256": sha, "size": size, "encrypted": False},
+            "library": {"file": md.LIBRARY_FILE, "sha256": sha, "size": size,
+                        "encrypted": encrypt_password is not None},
             "model": {
                 "source": os.path.basename(ir._source.path) if ir._source and ir._source.path else None,
                 "hash": f"{ir.structural_hash():016x}",

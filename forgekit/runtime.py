@@ -38,16 +38,19 @@ def _runtime_library() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
 
 
-def _load_runtime() -> None:
+def ensure_runtime() -> None:
+    """Load ``libtvm_runtime.so`` (it registers the Relax VM loader) unless TVM already did."""
     global _RUNTIME_LOADED
     if _RUNTIME_LOADED:
         return
-    import tvm_ffi  # noqa: F401 - loads libtvm_ffi.so, which libtvm_runtime.so links against
+    import tvm_ffi  # loads libtvm_ffi.so, which libtvm_runtime.so links against
 
-    library = _runtime_library()
-    if not library.exists():
-        raise ArtifactError(f"TVM runtime library '{library}' does not exist.")
-    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    if tvm_ffi.get_global_func("ffi.Module.load_from_bytes.relax.VMExecutable", allow_missing=True) is None:
+        library = _runtime_library()
+        if not library.is_file():
+            raise ArtifactError(f"TVM runtime library '{library}' does not exist: install apache-tvm or set "
+                                "FORGEKIT_TVM_RUNTIME.")
+        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
     _RUNTIME_LOADED = True
 
 
@@ -84,7 +87,9 @@ class Engine:
     path:
         Artifact directory (with ``model_library.so`` and ``metadata.json``) or a library file.
     key_path, password:
-        For encrypted artifacts (not available in this version).
+        For encrypted artifacts: the key file (default: ``modelKey.bin`` next to the library) and the
+        password (default: ``$FORGEKIT_ENCRYPT_PASSWORD``).  The library is decrypted into an anonymous
+        memory file and loaded from there; the plaintext never touches a disk.
     """
 
     def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None) -> None:
@@ -92,13 +97,25 @@ class Engine:
         library, meta_path = _resolve(self.path)
         self.library_path = library
         self.metadata: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path else {}
-        if self.metadata.get("library", {}).get("encrypted"):
-            raise ArtifactError("This artifact is encrypted, and this forgekit version cannot decrypt it.")
-        _load_runtime()
+        ensure_runtime()
         import tvm_ffi
 
+        from . import crypto  # noqa: PLC0415 - only encrypted artifacts need `cryptography`
+
+        self.encrypted = crypto.is_encrypted(library)
+        if self.encrypted:
+            if key_path is None and (library.parent / "modelKey.bin").exists():
+                key_path = str(library.parent / "modelKey.bin")
+            if password is None:
+                password = os.environ.get(crypto.DEFAULT_PASSWORD_ENV)
+            if key_path is None or password is None:
+                raise crypto.KeyRequiredError("Model looks encrypted but no key provided: pass the key file "
+                                              "(--key modelKey.bin) and the password (FORGEKIT_ENCRYPT_PASSWORD "
+                                              "or --password-file).")
+            module = crypto.load_encrypted_module(library, key_path, password)
         try:
-            module = tvm_ffi.load_module(str(library))
+            if not self.encrypted:
+                module = tvm_ffi.load_module(str(library))
             self._vm = module["vm_load_executable"]()
             self._vm["vm_initialization"](_DLPACK_CPU, 0, _POOLED_ALLOCATOR, _DLPACK_CPU, 0, _POOLED_ALLOCATOR)
             self._main = self._vm["main"]

@@ -140,3 +140,19 @@ def test_sample_models(name, tmp_path) -> None:
     run = run_cli("run", str(out), "--random", "--bench", "2")
     assert run.returncode == 0 and "top5=" in run.stdout
     _one_line_error(run_cli("inspect", "sample:resnet5"), 3, "Did you mean: resnet50")
+
+
+def test_encrypted_compile_and_run(convnet_path, tmp_path) -> None:
+    out = tmp_path / "enc"
+    env = {"FORGEKIT_ENCRYPT_PASSWORD": "s3cret pass"}
+    proc = run_cli("compile", str(convnet_path), "-o", str(out), "--encrypt", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "modelKey.bin").exists() and "s3cret" not in proc.stdout + proc.stderr
+    ok = run_cli("run", str(out), "--random", "--bench", "0", env=env)
+    assert ok.returncode == 0 and "probs" in ok.stdout, ok.stderr
+    pw = tmp_path / "pw.txt"
+    pw.write_text("s3cret pass\n")
+    assert run_cli("run", str(out), "--random", "--bench", "0", "--password-file", str(pw),
+                   "--key", str(out / "modelKey.bin")).returncode == 0
+    _one_line_error(run_cli("run", str(out), "--random", env={"FORGEKIT_ENCRYPT_PASSWORD": "wrong"}), 11)
+    _one_line_error(run_cli("run", str(out), "--random"), 11)  # no password anywhere, no terminal

@@ -126,10 +126,24 @@ def test_unknown_cross_triple_needs_a_toolchain(ir, tmp_path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-def test_encrypt_password_not_available_yet(ir, tmp_path) -> None:
-    with pytest.raises(NotAvailableError, match="Encryption"):
-        ir.compile(output_path=tmp_path / "enc", encrypt_password="secret")
-    assert not (tmp_path / "enc").exists()
+def test_encrypted_compile_round_trip(ir, tmp_path, convnet_input, expected) -> None:
+    from forgekit import crypto
+    from forgekit.metadata import file_digest
+
+    result = ir.compile(target="host", output_path=tmp_path / "enc", encrypt_password="correct horse")
+    assert sorted(p.name for p in result.path.iterdir()) == ["metadata.json", "modelKey.bin", "model_library.so"]
+    assert crypto.is_encrypted(result.library) and result.metadata["library"]["encrypted"] is True
+    assert result.metadata["library"]["sha256"] == file_digest(result.library)[0]  # covers the encrypted file
+    assert crypto.read_header(result.library)["fingerprint"] == ir.fingerprint
+    plain = Engine(ir.compile(target="host", output_path=tmp_path / "plain").path).infer(convnet_input)[0]
+    np.testing.assert_array_equal(Engine(result.path, password="correct horse").infer(convnet_input)[0], plain)
+    with pytest.raises(crypto.WrongPasswordError):
+        Engine(result.path, password="wrong")
+    with pytest.raises(crypto.KeyRequiredError, match="no key provided"):
+        Engine(result.library.rename(tmp_path / "alone.so"), password="correct horse")
+    with pytest.raises(crypto.EmptyPasswordError):
+        ir.compile(output_path=tmp_path / "empty", encrypt_password="")
+    assert not (tmp_path / "empty").exists()
 
 
 def test_default_target_llvm(ir, tmp_path, convnet_input, expected) -> None:

@@ -1,0 +1,67 @@
+"""Encrypted model libraries: AES-256-GCM in authenticated chunks, a scrypt-protected key file, in-memory loading.
+
+Typical use::
+
+    from forgekit import crypto
+
+    crypto.encrypt_library("out/model_library.so", "out/model_library.so", "out/modelKey.bin", password,
+                           uuid=meta_uuid, fingerprint=model_fingerprint, target=target_str)
+    module = crypto.load_encrypted_module("out/model_library.so", "out/modelKey.bin", password)
+    vm = module["vm_load_executable"]()
+
+The byte formats and the threat model are in ``docs/encryption-format.md``.  This package imports neither
+``tvm`` nor any other forgekit module besides ``forgekit.errors``: deployment needs ``cryptography``,
+``tvm_ffi`` and ``libtvm_runtime.so`` only.
+"""
+
+from __future__ import annotations
+
+from .core import (
+    decrypt_library,
+    decrypt_library_bytes,
+    encrypt_library,
+    is_encrypted,
+    read_header,
+    read_key_info,
+    rekey,
+)
+from .errors import (
+    CorruptArtifactError,
+    EmptyPasswordError,
+    EncryptionError,
+    KeyMismatchError,
+    KeyRequiredError,
+    NotEncryptedError,
+    UnsupportedFormatError,
+    WrongPasswordError,
+)
+from .format import DEFAULT_CHUNK_SIZE, DEFAULT_KDF_N, DEFAULT_KDF_P, DEFAULT_KDF_R, FORMAT_VERSION
+from .memload import load_encrypted_module, load_module_from_memory
+from .password import DEFAULT_PASSWORD_ENV, password_from_env_or_file
+
+__all__ = [
+    "encrypt_library",
+    "decrypt_library_bytes",
+    "decrypt_library",
+    "rekey",
+    "is_encrypted",
+    "read_header",
+    "read_key_info",
+    "load_module_from_memory",
+    "load_encrypted_module",
+    "password_from_env_or_file",
+    "DEFAULT_PASSWORD_ENV",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_KDF_N",
+    "DEFAULT_KDF_R",
+    "DEFAULT_KDF_P",
+    "FORMAT_VERSION",
+    "EncryptionError",
+    "KeyRequiredError",
+    "EmptyPasswordError",
+    "WrongPasswordError",
+    "KeyMismatchError",
+    "CorruptArtifactError",
+    "NotEncryptedError",
+    "UnsupportedFormatError",
+]
