@@ -291,6 +291,92 @@ def run(
     print(f"artifact: {Path(artifact).absolute()}")
 
 
+# --------------------------------------------------------------------------- encryption
+def _rewrite_metadata(directory: Path, encrypted: bool) -> None:
+    """Re-render metadata.json after the library changed (encrypted flag, sha256 and size)."""
+    from . import metadata as md
+
+    meta = md.read_metadata(directory)
+    sha, size = md.file_digest(directory / md.LIBRARY_FILE)
+    meta["library"].update({"encrypted": encrypted, "sha256": sha, "size": size})
+    (directory / md.METADATA_FILE).write_text(md.render_metadata(**{k: v for k, v in meta.items() if k != "schema"}))
+
+
+def _artifact_dir(artifact: str) -> Path:
+    from .errors import ArtifactError
+
+    directory = Path(artifact)
+    if not (directory / "model_library.so").is_file() or not (directory / "metadata.json").is_file():
+        raise ArtifactError(f"'{artifact}' is not a forgekit artifact directory (model_library.so + metadata.json).")
+    return directory
+
+
+@app.command()
+@_command
+def encrypt(
+    artifact: Annotated[str, typer.Argument(help="Artifact directory to encrypt in place.")],
+    password_file: PasswordFileOpt = None,
+) -> None:
+    """Encrypt an existing artifact's library in place and write modelKey.bin next to it."""
+    from . import crypto
+    from .compiler import KEY_FILE
+    from .metadata import read_metadata
+
+    directory = _artifact_dir(artifact)
+    library = directory / "model_library.so"
+    if crypto.is_encrypted(library):
+        raise UsageError(f"'{artifact}' is already encrypted.")
+    meta = read_metadata(directory)
+    crypto.encrypt_library(library, library, directory / KEY_FILE, _password(password_file, confirm=True),
+                           uuid=meta["uuid"], fingerprint=meta["model"]["fingerprint"],
+                           target=meta["build"]["target_name"])
+    _rewrite_metadata(directory, encrypted=True)
+    print(f"encrypted {library}; key file {directory / KEY_FILE}")
+
+
+@app.command()
+@_command
+def decrypt(
+    artifact: Annotated[str, typer.Argument(help="Encrypted artifact directory.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the decrypted artifact.")],
+    key: Annotated[Optional[str], typer.Option("--key", help="Key file (default: modelKey.bin in ARTIFACT).")] = None,
+    password_file: PasswordFileOpt = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Replace an existing output directory.")] = False,
+) -> None:
+    """Write a decrypted copy of an encrypted artifact (the original is left untouched)."""
+    import shutil
+
+    from . import crypto
+    from .compiler import KEY_FILE, atomic_directory
+
+    directory = _artifact_dir(artifact)
+    key_path = Path(key) if key else directory / KEY_FILE
+    password = _password(password_file)
+    with atomic_directory(Path(output), force) as tmp:
+        crypto.decrypt_library(directory / "model_library.so", key_path, password, tmp / "model_library.so")
+        shutil.copy2(directory / "metadata.json", tmp / "metadata.json")
+        _rewrite_metadata(tmp, encrypted=False)
+    print(f"decrypted artifact: {Path(output).absolute()}")
+
+
+@app.command()
+@_command
+def rekey(
+    key: Annotated[str, typer.Argument(help="Key file (modelKey.bin) to re-protect.")],
+    password_file: PasswordFileOpt = None,
+    new_password_file: Annotated[Optional[str], typer.Option(
+        "--new-password-file", help="File holding the new password (default: FORGEKIT_NEW_ENCRYPT_PASSWORD or a prompt).")] = None,
+) -> None:
+    """Change the password of a key file without re-encrypting the library."""
+    from . import crypto
+
+    old = _password(password_file)
+    new = crypto.password_from_env_or_file(new_password_file, env="FORGEKIT_NEW_ENCRYPT_PASSWORD",
+                                           prompt=sys.stdin.isatty(), confirm=True)
+    crypto.rekey(key, old, new)
+    print(f"re-keyed {key}")
+
+
 # --------------------------------------------------------------------------- targets
 @app.command()
 @_command

@@ -156,3 +156,27 @@ def test_encrypted_compile_and_run(convnet_path, tmp_path) -> None:
                    "--key", str(out / "modelKey.bin")).returncode == 0
     _one_line_error(run_cli("run", str(out), "--random", env={"FORGEKIT_ENCRYPT_PASSWORD": "wrong"}), 11)
     _one_line_error(run_cli("run", str(out), "--random"), 11)  # no password anywhere, no terminal
+
+
+def test_encrypt_decrypt_rekey_verbs(convnet_compiled, tmp_path) -> None:
+    import shutil
+
+    art = tmp_path / "art"
+    shutil.copytree(convnet_compiled, art)
+    plain_sha = json.loads((art / "metadata.json").read_text())["library"]["sha256"]
+    env = {"FORGEKIT_ENCRYPT_PASSWORD": "first"}
+    assert run_cli("encrypt", str(art), env=env).returncode == 0
+    meta = json.loads((art / "metadata.json").read_text())
+    assert meta["library"]["encrypted"] is True and meta["library"]["sha256"] != plain_sha
+    _one_line_error(run_cli("encrypt", str(art), env=env), 2, "already encrypted")
+    rekeyed = run_cli("rekey", str(art / "modelKey.bin"), env={**env, "FORGEKIT_NEW_ENCRYPT_PASSWORD": "second"})
+    assert rekeyed.returncode == 0, rekeyed.stderr
+    _one_line_error(run_cli("run", str(art), "--random", env=env), 11)  # old password no longer works
+    assert run_cli("run", str(art), "--random", "--bench", "0", env={"FORGEKIT_ENCRYPT_PASSWORD": "second"}).returncode == 0
+    out = tmp_path / "plain"
+    dec = run_cli("decrypt", str(art), "-o", str(out), env={"FORGEKIT_ENCRYPT_PASSWORD": "second"})
+    assert dec.returncode == 0, dec.stderr
+    assert json.loads((out / "metadata.json").read_text())["library"]["sha256"] == plain_sha
+    assert (out / "model_library.so").read_bytes() == (convnet_compiled / "model_library.so").read_bytes()
+    _one_line_error(run_cli("decrypt", str(art), "-o", str(tmp_path / "x"), env=env), 11)
+    assert not (tmp_path / "x").exists()
