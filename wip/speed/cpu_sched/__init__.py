@@ -1,0 +1,67 @@
+"""cpu_sched: untuned default CPU schedules for TVM 0.27 Relax modules.
+
+    import tvm, cpu_sched
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    ex = tvm.compile(mod, target=target, relax_pipeline=cpu_sched.cpu_pipeline(target))
+    # or simply
+    ex = cpu_sched.build(mod, target)
+"""
+import tvm
+from tvm import relax
+
+from .registry import STATS, ApplyRules
+from .fast_math import legalize_map
+from .relax_passes import NumpyFoldConstant, preprocess, to_nhwc
+from .rules import RULES
+from .target_info import target_info
+
+__all__ = ["cpu_pipeline", "build", "ApplyRules", "RULES", "preprocess", "target_info", "STATS"]
+
+
+def _legalize_map(target, fast_math=True, pack_weights=True):
+    from .packed_conv import make_conv2d_legalize, make_matmul_legalize
+    m = {}
+    if fast_math:
+        m.update(legalize_map())
+    if pack_weights:
+        ti = target_info(target)
+        m["relax.nn.conv2d"] = make_conv2d_legalize(ti)
+        m["relax.matmul"] = make_matmul_legalize(ti)
+    return m
+
+
+def cpu_pipeline(target=None, use_nhwc=True, fast_math=True, pack_weights=True):
+    """A Relax pipeline (tvm.transform.Pass) for `tvm.compile(..., relax_pipeline=...)`.
+
+    Relax prefix (numpy constant folding, BN folding, NHWC/HWIO layout) -> legalize + fuse ->
+    cpu_sched rules on every fused PrimFunc -> the stock Relax CPU lowering passes.
+    """
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+    T = relax.transform
+
+    @tvm.transform.module_pass(opt_level=0, name="cpu_sched.pipeline")
+    def _pipeline(mod, _ctx):
+        tgt = target or tvm.target.Target.current(allow_none=False)
+        seq = tvm.transform.Sequential([
+            *cpu_generic.library_dispatch_passes(tgt),
+            preprocess(use_nhwc),
+            T.LegalizeOps(_legalize_map(tgt, fast_math, pack_weights)),
+            T.AnnotateTIROpPattern(),
+            T.FoldConstant(),
+            T.FuseOps(),
+            T.FuseTIR(),
+            ApplyRules(tgt),
+            *cpu_generic.dataflow_lower_passes(tgt),
+            *cpu_generic.finalize_passes(tgt),
+        ])
+        with tgt:
+            return seq(mod)
+
+    return _pipeline
+
+
+def build(mod, target, use_nhwc=True, fast_math=True, pack_weights=True):
+    """Compile a Relax IRModule (e.g. from relax.frontend.onnx.from_onnx) to a relax.Executable."""
+    target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+    return tvm.compile(mod, target=target, relax_pipeline=cpu_pipeline(target, use_nhwc, fast_math, pack_weights))

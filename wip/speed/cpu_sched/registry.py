@@ -1,0 +1,53 @@
+"""The pass that applies the rule registry to every PrimFunc of an IRModule."""
+import logging
+import os
+
+from tvm import s_tir, tirx
+from tvm.ir.transform import module_pass
+from tvm.target import Target
+
+from .rules import RULES
+from .target_info import target_info
+
+log = logging.getLogger("cpu_sched")
+STATS = {}  # func name -> rule name (last run), for reports / debugging
+
+
+@module_pass(opt_level=0, name="cpu_sched.ApplyRules")
+class ApplyRules:
+    def __init__(self, target=None, rules=None):
+        self.target = target
+        self.rules = list(rules) if rules is not None else RULES
+
+    def transform_module(self, mod, _ctx):
+        target = self.target or Target.current(allow_none=False)
+        tinfo = target_info(target)
+        updates = {}
+        debug = os.environ.get("CPU_SCHED_DEBUG")
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc):
+                continue
+            if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+                continue
+            for rule in self.rules:
+                sch = s_tir.Schedule(func)
+                try:
+                    m = rule.matches(sch, tinfo)
+                    if m is None:
+                        continue
+                    rule.apply(sch, m, tinfo)
+                except Exception as e:  # pylint: disable=broad-except
+                    if debug:
+                        print(f"[cpu_sched] {gv.name_hint}: rule {rule.name} failed: {e}")
+                        if debug == "2":
+                            import traceback; traceback.print_exc()
+                    continue
+                STATS[gv.name_hint] = rule.name
+                if debug:
+                    print(f"[cpu_sched] {gv.name_hint}: {rule.name}")
+                updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+                break
+        mod = mod.clone()  # never mutate the caller's module
+        for gv, f in updates.items():
+            mod[gv] = f
+        return mod

@@ -1,0 +1,24 @@
+"""conv2d rule (NHWC data, HWIO kernel after cpu_sched.relax_passes.to_nhwc).
+
+Covers regular, 1x1, strided, grouped and depthwise convolutions: the reduction block
+``conv2d_nhwc`` / ``group_conv2d_nhwc`` / ``depth_conv2d_nhwc`` is a MAC whose output index is
+[n, oh, ow, oc]; vectorize over oc (weights are HWIO so oc is contiguous), register-tile over ow,
+keep the bias/relu/residual epilogue fused per tile.  Padding is its own parallel loop nest.
+"""
+from . import tiled
+
+
+class Conv2DRule:
+    name = "conv2d"
+
+    def matches(self, sch, tinfo):
+        g = tiled.analyze(sch)
+        if g is None:
+            return None
+        name = sch.get(g.block).name_hint
+        if "conv" not in name:
+            return None
+        return g
+
+    def apply(self, sch, g, tinfo):
+        return tiled.schedule_gemm_like(sch, g, tinfo)
