@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 import cpu_sched  # noqa: E402
 
 MODELS = ["resnet50", "squeezenet", "resnet18", "mobilenetv2", "bert4l"]
-TARGET = {"kind": "llvm", "mcpu": "znver4", "num-cores": THREADS}
+TARGET = {"kind": "llvm", "mcpu": os.environ.get("BENCH_MCPU", "znver4"), "num-cores": THREADS}
 
 
 def make_inputs(model, rng):

@@ -177,10 +177,10 @@ def conv_integer_model(seed=0, per_channel=False, with_zp=True, pads=(1, 1, 1, 1
     return _model([node], [x], [y], inits, opset=13)
 
 
-def qlinear_conv_model(seed=0, per_channel=True, strides=(1, 1)):
+def qlinear_conv_model(seed=0, per_channel=True, strides=(1, 1), group=1):
     rng = np.random.default_rng(seed)
-    M = 6
-    w = rng.integers(-127, 128, size=(M, 4, 3, 3)).astype(np.int8)
+    M = 6 if group in (1, 2) else 4 * (group // 4 or 1)
+    w = rng.integers(-127, 128, size=(M, 4 // group, 3, 3)).astype(np.int8)
     ws = (rng.random(M) * 0.02 + 0.005).astype(np.float32) if per_channel else np.array(0.01, np.float32)
     inits = [
         numpy_helper.from_array(np.array(0.05, np.float32), "xs"),
@@ -194,7 +194,7 @@ def qlinear_conv_model(seed=0, per_channel=True, strides=(1, 1)):
     ]
     node = helper.make_node(
         "QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "bias"], ["y"], name="qconv",
-        pads=[1, 1, 1, 1], strides=list(strides),
+        pads=[1, 1, 1, 1], strides=list(strides), group=group,
     )
     x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 10, 10])
     y = helper.make_tensor_value_info("y", TensorProto.UINT8, None)

@@ -117,6 +117,8 @@ def _u8_inputs(pm):
         ("conv_integer_nozp", lambda: M.conv_integer_model(with_zp=False)),
         ("qlinear_conv_per_channel", lambda: M.qlinear_conv_model()),
         ("qlinear_conv_per_tensor_stride2", lambda: M.qlinear_conv_model(per_channel=False, strides=(2, 2))),
+        ("qlinear_conv_grouped", lambda: M.qlinear_conv_model(group=2)),
+        ("qlinear_conv_depthwise", lambda: M.qlinear_conv_model(group=4)),
         ("qlinear_matmul", lambda: M.qlinear_matmul_model()),
         ("matmul_integer", lambda: M.matmul_integer_model()),
     ],

@@ -95,11 +95,12 @@ def make_matmul_legalize(tinfo):
             return _default(bb, call)
         if str(call.attrs.out_dtype) not in ("", "None", "void", "float32"):
             return _default(bb, call)
-        try:
-            xs = _ints(x.ty.shape.values)
-        except Exception:  # pylint: disable=broad-except
-            return _default(bb, call)
+        xs = list(x.ty.shape.values)
         if len(xs) < 2:
+            return _default(bb, call)
+        try:
+            xs[-2:] = _ints(xs[-2:])  # leading (batch) dims may stay symbolic
+        except Exception:  # pylint: disable=broad-except
             return _default(bb, call)
         k, nn = w.shape
         lanes = tinfo.vec_lanes

@@ -32,6 +32,8 @@ def schedule_channel_last_reduction(sch, blk, lanes, epilogue=None):
     sl, rl = loops[:ns], loops[ns:]
     c = sl[-1]
     ec = ext(sch, c)
+    if ec is None or any(ext(sch, l) is None for l in rl):
+        raise ValueError("symbolic channel / window extent")
     vec = lanes if ec % lanes == 0 else (lanes // 2 if ec % (lanes // 2) == 0 else None)
     if vec is not None and ec > vec:
         c_o, c_i = sch.split(c, [None, vec])
@@ -44,7 +46,7 @@ def schedule_channel_last_reduction(sch, blk, lanes, epilogue=None):
     else:
         c_i = None
         outer = sch.fuse(*sl) if ns > 1 else sl[0]
-    if ext(sch, outer) and ext(sch, outer) > 1:
+    if ext(sch, outer) is None or ext(sch, outer) > 1:
         sch.parallel(outer)
     if c_i is not None:
         sch.vectorize(c_i)

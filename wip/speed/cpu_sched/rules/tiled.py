@@ -96,6 +96,10 @@ def analyze(sch):
     rpos = _pos(idxs[-2]) if len(idxs) >= 2 else None
     if rpos == vpos:
         rpos = None
+    loops = sch.get_loops(blk)
+    need = [vpos] + ([rpos] if rpos is not None else []) + list(range(ns, len(loops)))
+    if any(ext(sch, loops[k]) is None for k in need):  # only batch-like axes may be symbolic
+        return None
     # everything before the reduction must be spatial producers, everything after consumers
     return GemmLike(blk, idx, vpos, rpos, ns)
 
@@ -162,7 +166,7 @@ def schedule_gemm_like(sch, g: GemmLike, tinfo):
     inner_list = ([r_i] if r_i is not None else []) + [v_i]
     sch.reorder(*outer_list, *rl, *inner_list)
     outer = sch.fuse(*outer_list) if len(outer_list) > 1 else outer_list[0]
-    if macs >= MIN_PARALLEL_MACS and ext(sch, outer) > 1:
+    if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1):
         sch.parallel(outer)
 
     # epilogue: inline the elementwise chain and compute it per tile
