@@ -200,7 +200,8 @@ def compile_model(
         if export_relay:
             (tmp / "model.relax.py").write_text(ir.mod.script(show_meta=False))
         if export_metadata:
-            report_data = {"operators": ir.operators, "passes": report.passes, "seconds": report.seconds}
+            report_data = {"operators": ir.operators, "passes": report.passes, "seconds": report.seconds,
+                           "schedule_rules": report.schedule_rules}
             (tmp / "compile_report.json").write_text(json.dumps(report_data, indent=2) + "\n")
         written = json.loads((tmp / md.METADATA_FILE).read_text())
     return CompileResult(output.absolute(), output.absolute() / md.LIBRARY_FILE, written)

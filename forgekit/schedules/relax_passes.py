@@ -198,4 +198,4 @@ def preprocess(use_nhwc=True):
     seq = [NumpyFoldConstant, T.FoldBatchnormToConv2D(), NumpyFoldConstant]
     if use_nhwc:
         seq += [to_nhwc(), NumpyFoldConstant]
-    return tvm.transform.Sequential(seq, name="cpu_sched.preprocess")
+    return tvm.transform.Sequential(seq, name="forgekit.CpuPreprocess")

@@ -1,10 +1,19 @@
-"""cpu_sched: untuned default CPU schedules for TVM 0.27 Relax modules.
+"""Default CPU schedules for TVM 0.27 Relax modules, applied without any measurement.
 
-    import tvm, cpu_sched
+TVM 0.27's default Relax CPU pipeline fuses operators but never schedules their loops, so its output
+runs 10-40x slower than onnxruntime.  This package is the CPU counterpart of ``tvm.s_tir.dlight``: a
+Relax prefix (numpy constant folding, batch-norm folding, NHWC layout, weights packed at compile time,
+polynomial ``exp``/``erf``/``tanh``) and then schedule *rules* keyed by operator pattern
+(``rules/``: conv2d, matmul, pool, row reductions, elementwise, a fallback) applied to every fused
+PrimFunc, for the target's vector ISA (AVX-512, AVX2, NEON)::
+
+    from forgekit import schedules
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    ex = tvm.compile(mod, target=target, relax_pipeline=cpu_sched.cpu_pipeline(target))
-    # or simply
-    ex = cpu_sched.build(mod, target)
+    ex = tvm.compile(mod, target=target, relax_pipeline=schedules.cpu_pipeline(target))
+
+Adding a rule is one file: a class with ``name``, ``matches(sch, tinfo)`` and ``apply(sch, match,
+tinfo)`` inserted into :data:`RULES`.  ``FORGEKIT_SCHED_DEBUG=1`` prints the rule chosen for each
+function (``=2`` adds the tracebacks of rules that failed).
 """
 import tvm
 from tvm import relax
@@ -34,13 +43,13 @@ def cpu_pipeline(target=None, use_nhwc=True, fast_math=True, pack_weights=True):
     """A Relax pipeline (tvm.transform.Pass) for `tvm.compile(..., relax_pipeline=...)`.
 
     Relax prefix (numpy constant folding, BN folding, NHWC/HWIO layout) -> legalize + fuse ->
-    cpu_sched rules on every fused PrimFunc -> the stock Relax CPU lowering passes.
+    schedule rules on every fused PrimFunc -> the stock Relax CPU lowering passes.
     """
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
     T = relax.transform
 
-    @tvm.transform.module_pass(opt_level=0, name="cpu_sched.pipeline")
+    @tvm.transform.module_pass(opt_level=0, name="forgekit.CpuPipeline")
     def _pipeline(mod, _ctx):
         tgt = target or tvm.target.Target.current(allow_none=False)
         seq = tvm.transform.Sequential([

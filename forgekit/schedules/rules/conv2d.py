@@ -1,4 +1,4 @@
-"""conv2d rule (NHWC data, HWIO kernel after cpu_sched.relax_passes.to_nhwc).
+"""conv2d rule (NHWC data, HWIO kernel after relax_passes.to_nhwc).
 
 Covers regular, 1x1, strided, grouped and depthwise convolutions: the reduction block
 ``conv2d_nhwc`` / ``group_conv2d_nhwc`` / ``depth_conv2d_nhwc`` is a MAC whose output index is

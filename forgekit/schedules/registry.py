@@ -9,11 +9,11 @@ from tvm.target import Target
 from .rules import RULES
 from .target_info import target_info
 
-log = logging.getLogger("cpu_sched")
+log = logging.getLogger("forgekit.schedules")
 STATS = {}  # func name -> rule name (last run), for reports / debugging
 
 
-@module_pass(opt_level=0, name="cpu_sched.ApplyRules")
+@module_pass(opt_level=0, name="forgekit.ApplyScheduleRules")
 class ApplyRules:
     def __init__(self, target=None, rules=None):
         self.target = target
@@ -23,7 +23,7 @@ class ApplyRules:
         target = self.target or Target.current(allow_none=False)
         tinfo = target_info(target)
         updates = {}
-        debug = os.environ.get("CPU_SCHED_DEBUG")
+        debug = os.environ.get("FORGEKIT_SCHED_DEBUG")
         for gv, func in mod.functions_items():
             if not isinstance(func, tirx.PrimFunc):
                 continue
@@ -38,13 +38,13 @@ class ApplyRules:
                     rule.apply(sch, m, tinfo)
                 except Exception as e:  # pylint: disable=broad-except
                     if debug:
-                        print(f"[cpu_sched] {gv.name_hint}: rule {rule.name} failed: {e}")
+                        print(f"[forgekit.schedules] {gv.name_hint}: rule {rule.name} failed: {e}")
                         if debug == "2":
                             import traceback; traceback.print_exc()
                     continue
                 STATS[gv.name_hint] = rule.name
                 if debug:
-                    print(f"[cpu_sched] {gv.name_hint}: {rule.name}")
+                    print(f"[forgekit.schedules] {gv.name_hint}: {rule.name}")
                 updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
                 break
         mod = mod.clone()  # never mutate the caller's module
