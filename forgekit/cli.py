@@ -377,6 +377,47 @@ def rekey(
     print(f"re-keyed {key}")
 
 
+# --------------------------------------------------------------------------- bench
+@app.command()
+@_command
+def bench(
+    artifact: Annotated[str, typer.Argument(help="Artifact directory.")],
+    onnx_model: Annotated[Optional[str], typer.Option("--onnx", help="The ONNX model (or sample:NAME) it was "
+                                                      "compiled from: timed with onnxruntime in the same run.")] = None,
+    runs: Annotated[int, typer.Option("--runs", "-n", min=1, help="Timed runs per runtime.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed runs first.")] = 3,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Threads for both runtimes "
+                                                   "(default: the target's core count).")] = None,
+    no_memory: Annotated[bool, typer.Option("--no-memory", help="Skip the peak-RSS probes.")] = False,
+    json_out: Annotated[Optional[str], typer.Option("--json", help="Also write the result as JSON here.")] = None,
+    markdown_out: Annotated[Optional[str], typer.Option("--markdown", help="Also write a markdown table here.")] = None,
+    key: Annotated[Optional[str], typer.Option("--key", help="Key file of an encrypted artifact.")] = None,
+    password_file: PasswordFileOpt = None,
+) -> None:
+    """Time an artifact (latency, throughput, peak memory) against onnxruntime on the same model."""
+    from . import crypto
+    from .bench import benchmark_artifact, markdown_table
+    from .runtime import _resolve
+    from .samples import resolve
+
+    password = _password(password_file) if crypto.is_encrypted(_resolve(Path(artifact))[0]) else None
+    result = benchmark_artifact(artifact, resolve(onnx_model) if onnx_model else None, runs=runs, warmup=warmup,
+                                threads=threads, memory=not no_memory, key_path=key, password=password)
+    fk, ort = result.forgekit, result.onnxruntime
+    print(f"forgekit     median {fk.median_ms:8.2f} ms  p90 {fk.p90_ms:8.2f} ms  min {fk.min_ms:8.2f} ms  "
+          f"{fk.throughput_per_s:8.1f}/s" + (f"  peak RSS {fk.peak_rss_mb:.0f} MB" if fk.peak_rss_mb else ""))
+    if ort is not None:
+        print(f"onnxruntime  median {ort.median_ms:8.2f} ms  p90 {ort.p90_ms:8.2f} ms  min {ort.min_ms:8.2f} ms  "
+              f"{ort.throughput_per_s:8.1f}/s" + (f"  peak RSS {ort.peak_rss_mb:.0f} MB" if ort.peak_rss_mb else ""))
+        verdict = "faster" if result.ratio < 1 else "slower"
+        print(f"ratio        {result.ratio:.2f}x onnxruntime's latency ({verdict}), {result.threads} thread(s); "
+              f"outputs {'match' if result.outputs_match else 'DIFFER'} (max abs error {result.max_abs_error:.2e})")
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    if markdown_out:
+        Path(markdown_out).write_text(markdown_table([(Path(artifact).name, result)]))
+
+
 # --------------------------------------------------------------------------- targets
 @app.command()
 @_command

@@ -16,7 +16,7 @@ import time
 import uuid as _uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import metadata as md
 from .errors import CompileError, OutputExistsError, UsageError
@@ -88,6 +88,9 @@ def compile_model(
     force_overwrite: bool = False,
     uuid: str | None = None,
     encrypt_password: str | None = None,
+    tuning_trials: int | None = None,
+    records: str | os.PathLike[str] | bool | None = None,
+    tuning_progress: Callable[[int, int, str], None] | None = None,
 ) -> CompileResult:
     """Compile ``ir`` for ``target`` into ``output_path``.
 
@@ -118,6 +121,20 @@ def compile_model(
         Encrypt the library with AES-256-GCM and write the password-wrapped data key to ``modelKey.bin``
         (format: ``docs/encryption-format.md``).  Loading then needs the key file and the password.
 
+    tuning_trials:
+        Measure the schedule knobs of the heavy kernels on this machine (CPU targets, opt_level >= 3;
+        see :mod:`forgekit.tuning`).  ``N > 0`` measures up to N settings not measured before (so a
+        second run resumes and adds N); ``0`` only reuses existing records; ``None`` (default) does
+        not tune and uses no records.  The artifact keeps its records in
+        ``output_path/optimization_artifacts/`` (resumed when the same output is recompiled with
+        ``force_overwrite``).
+    records:
+        The records cache shared across models and runs: a folder, ``None`` for the default
+        (``$FORGEKIT_RECORDS`` or ``~/.cache/forgekit/records``, a sub-folder per target) or ``False``
+        to use only the artifact's own records.
+    tuning_progress:
+        Called as ``progress(done, total, note)`` after each measurement.
+
     Returns
     -------
     CompileResult
@@ -143,65 +160,106 @@ def compile_model(
 
     start = time.perf_counter()
     report = BuildReport(opt_level)
-    executable = build_executable(ir, spec, opt_level=opt_level, float16=set_float16, layout=layout, report=report)
-    with atomic_directory(output, force_overwrite) as tmp:
-        library = tmp / md.LIBRARY_FILE
-        t_export = time.perf_counter()
-        try:
-            if fcompile is None:
-                executable.export_library(str(library))
-            else:
-                executable.export_library(str(library), fcompile=fcompile)
-        except Exception as exc:  # the linker's output is long; its last line says what broke
-            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-            detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
-            raise CompileError(f"Linking {md.LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
-        report.seconds["export"] = round(time.perf_counter() - t_export, 3)
-        artifact_uuid = uuid or str(_uuid.uuid4())
-        if encrypt_password is not None:
-            from . import crypto
+    with contextlib.ExitStack() as stack:
+        tuning = None
+        staging = None
+        if tuning_trials is not None:
+            tuning, staging = _tuning_config(stack, spec, output, tuning_trials, records, tuning_progress)
+        executable = build_executable(ir, spec, opt_level=opt_level, float16=set_float16, layout=layout,
+                                      report=report, tuning=tuning)
+        with atomic_directory(output, force_overwrite) as tmp:
+            result = _write_artifact(tmp, output, ir, spec, family, fcompile, executable, report, start, uuid,
+                                     encrypt_password, set_float16, layout, opt_level, export_relay,
+                                     export_metadata, staging)
+    return result
 
-            t_encrypt = time.perf_counter()
-            # The library is encrypted in place; the data key, wrapped by the password, goes to modelKey.bin.
-            crypto.encrypt_library(library, library, tmp / KEY_FILE, encrypt_password, uuid=artifact_uuid,
-                                   fingerprint=ir.fingerprint, target=spec.name)
-            report.seconds["encrypt"] = round(time.perf_counter() - t_encrypt, 3)
-        compile_seconds = round(time.perf_counter() - start, 3)
-        sha, size = md.file_digest(library)  # of the encrypted file when encrypted: what is shipped
-        context = {
-            "uuid": artifact_uuid,
-            "created": md.created_timestamp(),
-            "library": {"file": md.LIBRARY_FILE, "sha256": sha, "size": size,
-                        "encrypted": encrypt_password is not None},
-            "model": {
-                "source": os.path.basename(ir._source.path) if ir._source and ir._source.path else None,
-                "hash": f"{ir.structural_hash():016x}",
-                "fingerprint": ir.fingerprint,
-                "precision": "float16" if set_float16 else ir.precision,
-                "layout": "NHWC" if layout == "last" else "NCHW",
-                "inputs": [t.to_dict() for t in ir.input_nodes],
-                "outputs": [t.to_dict() for t in ir.output_nodes],
-            },
-            "build": {
-                "opt_level": opt_level,
-                "float16": set_float16,
-                "target": spec.target,
-                "host": spec.host_dict,
-                "target_name": spec.name,
-                "family": spec.family,
-                "triple": spec.to_dict()["triple"],
-                "arch": spec.arch,
-                "toolchain": family.toolchain(spec),
-                "compile_seconds": compile_seconds,
-            },
-            "versions": md.versions(),
-        }
-        (tmp / md.METADATA_FILE).write_text(md.render_metadata(**context))
-        if export_relay:
-            (tmp / "model.relax.py").write_text(ir.mod.script(show_meta=False))
-        if export_metadata:
-            report_data = {"operators": ir.operators, "passes": report.passes, "seconds": report.seconds,
-                           "schedule_rules": report.schedule_rules}
-            (tmp / "compile_report.json").write_text(json.dumps(report_data, indent=2) + "\n")
-        written = json.loads((tmp / md.METADATA_FILE).read_text())
+
+def _tuning_config(stack: contextlib.ExitStack, spec: Any, output: Path, trials: int, records: Any,
+                   progress: Any) -> tuple[Any, Path]:
+    """Record folders for a tuning build: a staging copy of the artifact's own records (resumed from an
+    existing output) and the shared cache."""
+    from . import tuning as tuner
+    from .pipeline import TuningConfig
+
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
+        raise UsageError(f"tuning_trials must be an integer >= 0, got {trials!r}.")
+    staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="forgekit-records-"))) / tuner.ARTIFACT_RECORDS
+    previous = output.absolute() / tuner.ARTIFACT_RECORDS
+    if previous.is_dir():
+        shutil.copytree(previous, staging)
+    else:
+        staging.mkdir()
+    folders = [staging]
+    if records is not False:
+        base = Path(records) if records not in (None, True) else tuner.default_records_dir()
+        folders.append(base / tuner.target_key(spec.tvm_target()))
+    return TuningConfig(trials, folders, progress), staging
+
+
+def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fcompile: Any, executable: Any,
+                    report: BuildReport, start: float, uuid: str | None, encrypt_password: str | None,
+                    set_float16: bool, layout: str | None, opt_level: int, export_relay: bool,
+                    export_metadata: bool, staging: Path | None) -> CompileResult:
+    """Fill the temporary artifact directory ``tmp`` (renamed to ``output`` by the caller)."""
+    library = tmp / md.LIBRARY_FILE
+    t_export = time.perf_counter()
+    try:
+        if fcompile is None:
+            executable.export_library(str(library))
+        else:
+            executable.export_library(str(library), fcompile=fcompile)
+    except Exception as exc:  # the linker's output is long; its last line says what broke
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+        raise CompileError(f"Linking {md.LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
+    report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+    artifact_uuid = uuid or str(_uuid.uuid4())
+    if encrypt_password is not None:
+        from . import crypto
+
+        t_encrypt = time.perf_counter()
+        # The library is encrypted in place; the data key, wrapped by the password, goes to modelKey.bin.
+        crypto.encrypt_library(library, library, tmp / KEY_FILE, encrypt_password, uuid=artifact_uuid,
+                               fingerprint=ir.fingerprint, target=spec.name)
+        report.seconds["encrypt"] = round(time.perf_counter() - t_encrypt, 3)
+    compile_seconds = round(time.perf_counter() - start, 3)
+    sha, size = md.file_digest(library)  # of the encrypted file when encrypted: what is shipped
+    context = {
+        "uuid": artifact_uuid,
+        "created": md.created_timestamp(),
+        "library": {"file": md.LIBRARY_FILE, "sha256": sha, "size": size,
+                    "encrypted": encrypt_password is not None},
+        "model": {
+            "source": os.path.basename(ir._source.path) if ir._source and ir._source.path else None,
+            "hash": f"{ir.structural_hash():016x}",
+            "fingerprint": ir.fingerprint,
+            "precision": "float16" if set_float16 else ir.precision,
+            "layout": "NHWC" if layout == "last" else "NCHW",
+            "inputs": [t.to_dict() for t in ir.input_nodes],
+            "outputs": [t.to_dict() for t in ir.output_nodes],
+        },
+        "build": {
+            "opt_level": opt_level,
+            "float16": set_float16,
+            "target": spec.target,
+            "host": spec.host_dict,
+            "target_name": spec.name,
+            "family": spec.family,
+            "triple": spec.to_dict()["triple"],
+            "arch": spec.arch,
+            "toolchain": family.toolchain(spec),
+            "compile_seconds": compile_seconds,
+        },
+        "versions": md.versions(),
+    }
+    (tmp / md.METADATA_FILE).write_text(md.render_metadata(**context))
+    if export_relay:
+        (tmp / "model.relax.py").write_text(ir.mod.script(show_meta=False))
+    if staging is not None:
+        shutil.copytree(staging, tmp / staging.name)
+    if export_metadata:
+        report_data = {"operators": ir.operators, "passes": report.passes, "seconds": report.seconds,
+                       "schedule_rules": report.schedule_rules, "tuning": report.tuning}
+        (tmp / "compile_report.json").write_text(json.dumps(report_data, indent=2) + "\n")
+    written = json.loads((tmp / md.METADATA_FILE).read_text())
     return CompileResult(output.absolute(), output.absolute() / md.LIBRARY_FILE, written)

@@ -15,6 +15,17 @@ class ForgekitError(Exception):
 
     exit_code: int = 1
 
+    @classmethod
+    def from_code(cls, code: int, message: str) -> ForgekitError:
+        """Rebuild an error reported by a child process (the most general class with that exit code)."""
+        pending: list[type[ForgekitError]] = [ForgekitError]
+        while pending:
+            klass = pending.pop(0)
+            if klass.exit_code == code:
+                return klass(message)
+            pending.extend(klass.__subclasses__())
+        return ForgekitError(message)
+
 
 class UsageError(ForgekitError, ValueError):
     """An argument has a value forgekit cannot use (bad option, bad combination)."""

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import CompileError, UsageError
+from .errors import CompileError, ForgekitError, UsageError
 
 if TYPE_CHECKING:
     from .ir import IRModule
@@ -46,6 +46,19 @@ LAYOUTS: dict[str, tuple[str, str] | None] = {
 
 
 @dataclass
+class TuningConfig:
+    """Tuning requested for a build (see :mod:`forgekit.tuning`).
+
+    ``trials`` new measurements (0: only reuse records); records are read from and appended to every
+    folder of ``folders`` (the artifact's ``optimization_artifacts`` and the shared cache).
+    """
+
+    trials: int
+    folders: list[Any]
+    progress: Any = None
+
+
+@dataclass
 class BuildReport:
     """What the build did, for ``compile_report.json``."""
 
@@ -54,6 +67,8 @@ class BuildReport:
     seconds: dict[str, float] = field(default_factory=dict)
     #: fused kernel name -> schedule rule that scheduled it (CPU targets, opt_level >= 3)
     schedule_rules: dict[str, str] = field(default_factory=dict)
+    #: what tuning did (tasks, trials, seconds, records, per-kernel speed-up over the default)
+    tuning: dict[str, Any] | None = None
 
 
 def normalize_layout(layout: str | None) -> str | None:
@@ -196,12 +211,20 @@ def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
 
 
 def build_executable(ir: IRModule, spec: TargetSpec, *, opt_level: int = 3, float16: bool = False,
-                     layout: str | None = None, report: BuildReport | None = None) -> Any:
-    """Run the graph passes and the lowering pipeline; returns a ``tvm.relax.Executable``."""
+                     layout: str | None = None, report: BuildReport | None = None,
+                     tuning: TuningConfig | None = None) -> Any:
+    """Run the graph passes and the lowering pipeline; returns a ``tvm.relax.Executable``.
+
+    With ``tuning`` (CPU targets, opt_level >= 3), the fused kernels' schedule knobs are measured first
+    and the best records replace the default rules where they exist.
+    """
     import tvm
 
     if opt_level not in OPT_LEVELS:
         raise UsageError(f"opt_level must be one of {sorted(OPT_LEVELS)}, got {opt_level!r}.")
+    if tuning is not None and not uses_cpu_schedules(opt_level, spec):
+        raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {spec.name} at level {opt_level}): "
+                         "drop --tune-trials or change the target/level.")
     target = tvm_target_for(spec, opt_level)
     report = report or BuildReport(opt_level)
     passes = graph_passes(opt_level, float16=float16, layout=layout)
@@ -216,12 +239,28 @@ def build_executable(ir: IRModule, spec: TargetSpec, *, opt_level: int = 3, floa
         start = time.perf_counter()
         mod = tvm.transform.Sequential(passes)(ir.mod)
         report.seconds["graph_passes"] = round(time.perf_counter() - start, 3)
+        pipeline = lowering_pipeline(opt_level, target, spec)
+        if tuning is not None:
+            from . import schedules, tuning as tuner
+
+            start = time.perf_counter()
+            if tuning.trials > 0:
+                with target:
+                    fused = tvm.transform.Sequential(schedules.fusion_passes(target))(mod)
+                summary = tuner.tune(fused, target, tuning.trials, tuning.folders, progress=tuning.progress)
+                report.tuning = summary.to_dict()
+                report.seconds["tuning"] = round(time.perf_counter() - start, 3)
+            records = tuner.RecordSet(tuning.folders)
+            report.tuning = {**(report.tuning or {"trials": 0}), "records_used": len(records)}
+            pipeline = schedules.cpu_pipeline(target, database=records)
         start = time.perf_counter()
         with target:
-            executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(opt_level, target, spec))
+            executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         report.seconds["lower_and_codegen"] = round(time.perf_counter() - start, 3)
         if scheduled:
             report.schedule_rules = dict(sorted(schedules.STATS.items()))
+    except ForgekitError:
+        raise
     except Exception as exc:
         from .frontend import _first_line
 

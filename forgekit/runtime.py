@@ -212,7 +212,7 @@ class Engine:
                 out.append(np.zeros(shape, dtype))
             elif dtype.kind == "f":
                 out.append(rng.random(shape, dtype=np.float32).astype(dtype))
-            elif dtype.kind == "b":
+            elif dtype.kind == "b" or "mask" in spec["name"].lower():  # attention masks are 0/1
                 out.append(rng.integers(0, 2, shape).astype(dtype))
             else:
                 out.append(rng.integers(0, 10, shape).astype(dtype))

@@ -39,11 +39,28 @@ def _legalize_map(target, fast_math=True, pack_weights=True):
     return m
 
 
-def cpu_pipeline(target=None, use_nhwc=True, fast_math=True, pack_weights=True):
+def fusion_passes(target, use_nhwc=True, fast_math=True, pack_weights=True):
+    """The pipeline up to fused, unscheduled PrimFuncs (what the rules and the tuner see)."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+    T = relax.transform
+    return [
+        *cpu_generic.library_dispatch_passes(target),
+        preprocess(use_nhwc),
+        T.LegalizeOps(_legalize_map(target, fast_math, pack_weights)),
+        T.AnnotateTIROpPattern(),
+        T.FoldConstant(),
+        T.FuseOps(),
+        T.FuseTIR(),
+    ]
+
+
+def cpu_pipeline(target=None, use_nhwc=True, fast_math=True, pack_weights=True, database=None):
     """A Relax pipeline (tvm.transform.Pass) for `tvm.compile(..., relax_pipeline=...)`.
 
     Relax prefix (numpy constant folding, BN folding, NHWC/HWIO layout) -> legalize + fuse ->
-    schedule rules on every fused PrimFunc -> the stock Relax CPU lowering passes.
+    schedule rules on every fused PrimFunc (or the best tuning record in ``database``) -> the stock
+    Relax CPU lowering passes.
     """
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
@@ -53,14 +70,8 @@ def cpu_pipeline(target=None, use_nhwc=True, fast_math=True, pack_weights=True):
     def _pipeline(mod, _ctx):
         tgt = target or tvm.target.Target.current(allow_none=False)
         seq = tvm.transform.Sequential([
-            *cpu_generic.library_dispatch_passes(tgt),
-            preprocess(use_nhwc),
-            T.LegalizeOps(_legalize_map(tgt, fast_math, pack_weights)),
-            T.AnnotateTIROpPattern(),
-            T.FoldConstant(),
-            T.FuseOps(),
-            T.FuseTIR(),
-            ApplyRules(tgt),
+            *fusion_passes(tgt, use_nhwc, fast_math, pack_weights),
+            ApplyRules(tgt, database=database),
             *cpu_generic.dataflow_lower_passes(tgt),
             *cpu_generic.finalize_passes(tgt),
         ])

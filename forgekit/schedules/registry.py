@@ -2,6 +2,7 @@
 import logging
 import os
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.ir.transform import module_pass
 from tvm.target import Target
@@ -15,9 +16,12 @@ STATS = {}  # func name -> rule name (last run), for reports / debugging
 
 @module_pass(opt_level=0, name="forgekit.ApplyScheduleRules")
 class ApplyRules:
-    def __init__(self, target=None, rules=None):
+    def __init__(self, target=None, rules=None, database=None):
         self.target = target
         self.rules = list(rules) if rules is not None else RULES
+        # Tuning records (a MetaSchedule Database, see forgekit.tuning): a kernel with a record is
+        # scheduled by replaying the best measured trace instead of the default rule.
+        self.database = database
 
     def transform_module(self, mod, _ctx):
         target = self.target or Target.current(allow_none=False)
@@ -29,8 +33,18 @@ class ApplyRules:
                 continue
             if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
                 continue
+            if self.database is not None:
+                from ..tuning import query_record
+
+                tuned = query_record(self.database, func, target)
+                if tuned is not None:
+                    STATS[gv.name_hint] = "tuned"
+                    updates[gv] = tuned.with_attr("tirx.is_scheduled", True)
+                    continue
             for rule in self.rules:
-                sch = s_tir.Schedule(func)
+                # A fresh copy per attempt: schedule primitives may update the function in place, and a
+                # rule that fails half-way must not leave the next rule a half-scheduled function.
+                sch = s_tir.Schedule(tvm.ir.load_json(tvm.ir.save_json(func)))
                 try:
                     m = rule.matches(sch, tinfo)
                     if m is None:

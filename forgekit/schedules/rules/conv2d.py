@@ -20,5 +20,9 @@ class Conv2DRule:
             return None
         return g
 
-    def apply(self, sch, g, tinfo):
-        return tiled.schedule_gemm_like(sch, g, tinfo)
+    def space(self, sch, g, tinfo):
+        """Knob settings to measure when tuning (the default first)."""
+        return tiled.tile_space(sch, g, tinfo)
+
+    def apply(self, sch, g, tinfo, knobs=None):
+        return tiled.schedule_gemm_like(sch, g, tinfo, knobs)

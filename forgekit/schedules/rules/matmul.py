@@ -14,5 +14,9 @@ class MatmulRule:
     def matches(self, sch, tinfo):
         return tiled.analyze(sch)
 
-    def apply(self, sch, g, tinfo):
-        return tiled.schedule_gemm_like(sch, g, tinfo)
+    def space(self, sch, g, tinfo):
+        """Knob settings to measure when tuning (the default first)."""
+        return tiled.tile_space(sch, g, tinfo)
+
+    def apply(self, sch, g, tinfo, knobs=None):
+        return tiled.schedule_gemm_like(sch, g, tinfo, knobs)

@@ -26,13 +26,11 @@ from .common import (try_inline, best_divisor, blocks_of, ext, is_reduction, ite
                      parallel_spatial, vectorize_inner)
 
 
-import os
-
-KNOBS = {
-    # "vout": output-channel tile outermost (weight panel stays hot while sweeping the image)
-    # "spatial_outer": image tile outermost (input rows stay hot while sweeping channels)
-    "order": os.environ.get("CPU_SCHED_ORDER", "vout"),
-}
+#: Loop orders of the parallel outer loop nest (a tuning knob):
+#: "vout": output-channel tile outermost (the weight panel stays hot while sweeping the image);
+#: "spatial_outer": image tile outermost (input rows stay hot while sweeping the channels).
+ORDERS = ("vout", "spatial_outer")
+DEFAULT_ORDER = "vout"
 
 
 # ~0.25 M multiply-adds is ~2 us on one core: not worth a fork/join
@@ -136,7 +134,43 @@ def choose_tiles(ev, er, tinfo):
     return best[0], best[1]
 
 
-def schedule_gemm_like(sch, g: GemmLike, tinfo):
+def _extents(sch, g: GemmLike):
+    sl = sch.get_loops(g.block)[: g.n_spatial]
+    ev = ext(sch, sl[g.vpos])
+    er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
+    return ev, er
+
+
+def tile_space(sch, g: GemmLike, tinfo):
+    """Every knob setting the micro-kernel supports for this block, the untuned default first.
+
+    Knobs: ``vt`` (vector tile: 1, 2 or 4 vectors dividing the vector axis), ``rt`` (register tile: a
+    divisor of the register axis that keeps ``rt * vt / lanes`` accumulators within the register
+    budget; small values included, as they trade register reuse for parallelism) and ``order``.
+    This is the search space of :mod:`forgekit.tuning`.
+    """
+    from .common import divisors
+
+    ev, er = _extents(sch, g)
+    lanes, budget = tinfo.vec_lanes, tinfo.acc_budget
+    vt0, rt0 = choose_tiles(ev, er, tinfo)
+    space = [{"vt": vt0, "rt": rt0, "order": DEFAULT_ORDER}]
+    vts = [lanes * nv for nv in (1, 2, 4) if ev % (lanes * nv) == 0] or [vt0]
+    for vt in vts:
+        nv = max(1, vt // lanes)
+        rts = [d for d in divisors(er) if d * nv <= budget] if er else [1]
+        rts = sorted(set(rts))[-4:]  # the largest few: tiny tiles are never competitive
+        for rt in rts:
+            for order in ORDERS:
+                knobs = {"vt": vt, "rt": rt, "order": order}
+                if knobs not in space:
+                    space.append(knobs)
+    return space
+
+
+def schedule_gemm_like(sch, g: GemmLike, tinfo, knobs=None):
+    """Schedule the MAC block ``g`` as the micro-kernel; ``knobs`` (from :func:`tile_space`) override
+    the default tile sizes and loop order."""
     lanes = tinfo.vec_lanes
     blocks = blocks_of(sch)
     producers = blocks[: g.index]
@@ -149,6 +183,9 @@ def schedule_gemm_like(sch, g: GemmLike, tinfo):
     ev = ext(sch, sl[g.vpos])
     er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
     vt, rt = choose_tiles(ev, er, tinfo)
+    order = DEFAULT_ORDER
+    if knobs:
+        vt, rt, order = knobs["vt"], knobs["rt"], knobs.get("order", DEFAULT_ORDER)
     macs = 1
     for l in sl + rl:
         macs *= ext(sch, l) or 1
@@ -159,7 +196,7 @@ def schedule_gemm_like(sch, g: GemmLike, tinfo):
     else:
         r_o = r_i = None
     others = [l for k, l in enumerate(sl) if k not in (g.vpos, g.rpos)]
-    if KNOBS["order"] == "spatial_outer":
+    if order == "spatial_outer":
         outer_list = others + ([r_o] if r_o is not None else []) + [v_o]
     else:
         outer_list = [v_o] + others + ([r_o] if r_o is not None else [])

@@ -1,4 +1,4 @@
-"""Generate the benchmark ONNX models into ./models/.
+"""Generate the benchmark ONNX models (default folder: bench/models/, git-ignored).
 
 * light_resnet50 / light_squeezenet from the onnx wheel, with every ConstantOfShape(0.02)
   weight node replaced by a seeded random initializer (role-aware: conv/gemm weights are
@@ -6,7 +6,10 @@
 * ResNet-18, MobileNetV2 and a 4-layer/256-hidden/seq-128 BERT-style encoder defined in
   plain torch with seeded random weights, exported with torch.onnx.export(opset 17, dynamo=False).
 
-Run with the scratch venv (needs torch): .venv/bin/python make_models.py
+Needs torch (``pip install torch==2.13.0``, CPU wheel) for the last three; without it only the two
+onnx-wheel models are written::
+
+    .venv/bin/python bench/make_models.py [--out DIR]
 """
 import os
 
@@ -16,7 +19,6 @@ from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
-os.makedirs(OUT, exist_ok=True)
 
 
 def randomize_light(src, dst, seed=0):
@@ -193,8 +195,25 @@ def torch_models():
     print("wrote bert4l")
 
 
-if __name__ == "__main__":
+def make_all(out: str = OUT) -> None:
+    """Write every benchmark model into ``out`` (the torch ones only when torch is installed)."""
+    global OUT
+    OUT = out
+    os.makedirs(OUT, exist_ok=True)
     light = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
     randomize_light(os.path.join(light, "light_resnet50.onnx"), os.path.join(OUT, "resnet50.onnx"), 0)
     randomize_light(os.path.join(light, "light_squeezenet.onnx"), os.path.join(OUT, "squeezenet.onnx"), 1)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch is not installed: skipping resnet18, mobilenetv2, bert4l (pip install torch==2.13.0)")
+        return
     torch_models()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=OUT)
+    make_all(parser.parse_args().out)

@@ -1,0 +1,99 @@
+"""forgekit vs onnxruntime over a list of models: compile each for this CPU, then time both runtimes
+side by side (same threads, same inputs, same run), check the outputs, and print/write the ratios.
+
+    .venv/bin/python bench/make_models.py                  # once: writes bench/models/*.onnx
+    .venv/bin/python bench/bench_models.py [MODEL ...] [--threads 2] [--runs 30] [--opt-level 3]
+                                           [--tune-trials N] [--out bench/results]
+
+MODEL is a name in bench/models/ (resnet50, squeezenet, resnet18, mobilenetv2, bert4l: the default
+list), an .onnx path, or sample:NAME.  Writes ``results.json`` and ``results.md`` under ``--out``.
+Timings on shared machines drift by ±30 % between runs: compare ratios, which are measured in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_MODELS = ["resnet50", "squeezenet", "resnet18", "mobilenetv2", "bert4l"]
+
+
+def model_path(name: str) -> Path:
+    from forgekit.samples import PREFIX, resolve
+
+    if name.startswith(PREFIX) or name.endswith(".onnx"):
+        return Path(resolve(name))
+    path = HERE / "models" / f"{name}.onnx"
+    if not path.exists():
+        sys.exit(f"error: {path} does not exist: run bench/make_models.py first")
+    return path
+
+
+def expose_logits(path: Path, work: Path) -> Path:
+    """If the graph ends in Softmax, also output the logits: a saturated softmax (random-weight ResNet-50
+    is one-hot) would make the output comparison meaningless."""
+    import onnx
+
+    model = onnx.load(path)
+    last = model.graph.node[-1]
+    if last.op_type != "Softmax" or len(model.graph.output) != 1:
+        return path
+    model.graph.output.append(onnx.helper.make_tensor_value_info(last.input[0], onnx.TensorProto.FLOAT, None))
+    out = work / f"{path.stem}.logits.onnx"
+    onnx.save(model, out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=DEFAULT_MODELS)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--opt-level", type=int, default=3)
+    parser.add_argument("--target", default="host")
+    parser.add_argument("--tune-trials", type=int, default=None, help="MetaSchedule trials per model (with records).")
+    parser.add_argument("--records", default=None, help="Tuning records directory (default: the user cache).")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+
+    import forgekit as forge
+    from forgekit.bench import benchmark_artifact, markdown_table
+
+    out = Path(args.out)
+    (out / "artifacts").mkdir(parents=True, exist_ok=True)
+    target = {**forge.targets.parse_target(args.target).target, "num-cores": args.threads}
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  target={target}  threads={args.threads}  "
+          f"loadavg={os.getloadavg()}", flush=True)
+    rows, records = [], []
+    for name in args.models:
+        path = expose_logits(model_path(name), out / "artifacts")
+        stem = Path(name).stem.replace("sample:", "")
+        options = {}
+        if args.tune_trials is not None:
+            options = {"tuning_trials": args.tune_trials, "records": args.records}
+        start = time.perf_counter()
+        ir = forge.from_onnx(str(path))
+        result = ir.compile(target=target, output_path=out / "artifacts" / stem, opt_level=args.opt_level,
+                            force_overwrite=True, **options)
+        compile_s = time.perf_counter() - start
+        bench = benchmark_artifact(result.path, path, runs=args.runs, threads=args.threads)
+        bench.compile_seconds = round(compile_s, 2)  # import + passes + codegen + link, wall clock
+        rows.append((stem, bench))
+        records.append({"model": stem, **bench.to_dict()})
+        print(f"{stem:14s} forgekit {bench.forgekit.median_ms:8.2f} ms   onnxruntime {bench.onnxruntime.median_ms:8.2f} ms"
+              f"   ratio {bench.ratio:5.2f}x   compile {compile_s:5.1f} s   match {bench.outputs_match}", flush=True)
+    table = markdown_table(rows)
+    print()
+    print(table)
+    print(f"loadavg at end: {os.getloadavg()}")
+    (out / "results.json").write_text(json.dumps(records, indent=2) + "\n")
+    (out / "results.md").write_text(table)
+
+
+if __name__ == "__main__":
+    main()
