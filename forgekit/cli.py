@@ -7,12 +7,13 @@ error's code.  ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import numpy as np
 import typer
@@ -161,6 +162,55 @@ def inspect(
 
 
 # --------------------------------------------------------------------------- compile
+def parse_optimization(specs: list[str] | None) -> dict[str, int]:
+    """LEIP's ``--optimization category:graph,iterations:N`` / ``category:kernel,level:L`` → {"iterations": N,
+    "level": L}; kernel levels 1-4 map onto forgekit's opt levels 1-4."""
+    out: dict[str, int] = {}
+    for spec in specs or []:
+        fields: dict[str, str] = {}
+        for part in spec.split(","):
+            key, sep, value = part.partition(":")
+            if not sep:
+                raise UsageError(f"Bad --optimization '{spec}': use category:graph,iterations:N or category:kernel,level:1-4.")
+            fields[key.strip().lower()] = value.strip()
+        category = fields.get("category", "").lower()
+        try:
+            if category == "graph" and "iterations" in fields:
+                out["iterations"] = int(fields["iterations"])
+                if out["iterations"] < 0:
+                    raise ValueError
+            elif category == "kernel" and "level" in fields:
+                out["level"] = int(fields["level"])
+                if out["level"] not in (1, 2, 3, 4):
+                    raise ValueError
+            else:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"Bad --optimization '{spec}': use category:graph,iterations:N (N >= 0) or "
+                             "category:kernel,level:1-4.") from None
+    return out
+
+
+@contextlib.contextmanager
+def _tuning_progress(trials: int | None) -> Iterator[Any]:
+    """A progress bar on stderr while tuning (trials done, last kernel, time left)."""
+    if not trials:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = [TextColumn("tuning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
+               TimeRemainingColumn(), TextColumn("{task.description}")]
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task("", total=trials)
+
+        def update(done: int, total: int, note: str) -> None:
+            bar.update(task, completed=done, total=total, description=note)
+
+        yield update
+
+
 @app.command()
 @_command
 def compile(  # noqa: A001 - the verb users type
@@ -181,16 +231,27 @@ def compile(  # noqa: A001 - the verb users type
     encrypt: Annotated[bool, typer.Option("--encrypt", help="Encrypt the library; password from "
                                           "FORGEKIT_ENCRYPT_PASSWORD, --password-file or a prompt.")] = False,
     password_file: PasswordFileOpt = None,
+    tune_trials: Annotated[Optional[int], typer.Option("--tune-trials", min=0, help="Measure up to N new schedule "
+                                                       "settings on this machine (0: reuse records only).")] = None,
+    records: Annotated[Optional[str], typer.Option("--records", help="Tuning records cache shared across models "
+                                                   "(default: ~/.cache/forgekit/records).")] = None,
+    optimization: Annotated[Optional[list[str]], typer.Option("--optimization", help="LEIP spelling: "
+                            "category:graph,iterations:N (tuning) or category:kernel,level:1-4 (opt level).")] = None,
 ) -> None:
     """Compile a model into an artifact directory (model_library.so + metadata.json)."""
     from .ir import from_onnx
 
     path = _model_arg(model, input_path)
+    leip = parse_optimization(optimization)
+    opt_level = leip.get("level", opt_level)
+    tune_trials = leip.get("iterations", tune_trials)
     password = _password(password_file, confirm=True) if encrypt else None
     ir = from_onnx(path, parse_shapes(input_shape))
-    result = ir.compile(target=target, host=host, output_path=output, opt_level=opt_level, set_float16=float16,
-                        set_channel_layout=layout, export_relay=export_ir, export_metadata=export_metadata,
-                        force_overwrite=force, uuid=uuid, encrypt_password=password)
+    with _tuning_progress(tune_trials) as progress:
+        result = ir.compile(target=target, host=host, output_path=output, opt_level=opt_level, set_float16=float16,
+                            set_channel_layout=layout, export_relay=export_ir, export_metadata=export_metadata,
+                            force_overwrite=force, uuid=uuid, encrypt_password=password, tuning_trials=tune_trials,
+                            records=records, tuning_progress=progress)
     meta = result.metadata
     print(f"compiled {os.path.basename(path)} for {meta['build']['target_name']} "
           f"(opt level {opt_level}) in {meta['build']['compile_seconds']:.1f} s")
