@@ -66,7 +66,9 @@ def main() -> None:
 
     out = Path(args.out)
     (out / "artifacts").mkdir(parents=True, exist_ok=True)
-    target = {**forge.targets.parse_target(args.target).target, "num-cores": args.threads}
+    from forgekit.targets import parse_target
+
+    target = {**parse_target(args.target).target, "num-cores": args.threads}
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  target={target}  threads={args.threads}  "
           f"loadavg={os.getloadavg()}", flush=True)
     rows, records = [], []

@@ -1,7 +1,7 @@
 """Per-kernel profile: time every scheduled PrimFunc of a model standalone (random inputs) and
 report ms x calls, so the hottest kernels show up.  Also reports GFLOP/s of MAC kernels.
 
-    TVM_NUM_THREADS=2 /work/main/.venv/bin/python profile_kernels.py resnet50 [--top 15]
+    TVM_NUM_THREADS=1 .venv/bin/python bench/profile_kernels.py resnet50 [--top 15]   (after bench/make_models.py)
 """
 import argparse
 import collections
@@ -16,10 +16,8 @@ from tvm import relax  # noqa: E402
 from tvm.relax.frontend.onnx import from_onnx  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import cpu_sched  # noqa: E402
-import cpu_sched.fast_math  # noqa: E402
-from cpu_sched.registry import STATS  # noqa: E402
+from forgekit import schedules as cpu_sched  # noqa: E402
+from forgekit.schedules.registry import STATS  # noqa: E402
 
 
 def _time_ms(f, args, reps=7):
