@@ -321,7 +321,8 @@ def tune(fused_mod: Any, target: Any, trials: int, folders: list[Path], *,
                 if knobs == task.space[0]:
                     default[task.name] = min(secs)
             if progress is not None:
-                note = f"{task.name}: {min(secs) * 1e3:.3f} ms" if secs else f"{task.name}: invalid setting"
+                note = (f"{task.name}: {min(secs) * 1e3:.3f} ms, best {best[task.name] * 1e3:.3f} ms" if secs
+                        else f"{task.name}: invalid setting")
                 progress(done, total, note)
     improved = {k: default[k] / best[k] for k in best if k in default}
     return TuneSummary(len(tasks), done, time.perf_counter() - start, len(stores[0]), improved)
