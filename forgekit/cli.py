@@ -126,11 +126,17 @@ def inspect(
     input_path: Annotated[Optional[str], typer.Option("--input_path", "--input-path", hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     input_shape: ShapeOpt = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Only check importability, without importing: list every unsupported operator (with "
+                        "node names) and every input that is still dynamic. Exit 4 if an operator is unsupported.")] = False,
 ) -> None:
-    """Show a model's inputs, outputs, operators, hash and fingerprint."""
+    """Show a model's inputs, outputs, operators, hash and fingerprint (or, with --check, what blocks import)."""
     from .ir import from_onnx
 
     path = _model_arg(model, input_path)
+    if check:
+        _inspect_check(path, parse_shapes(input_shape), as_json)
+        return
     ir = from_onnx(path, parse_shapes(input_shape))
     info = {
         "model": path,
@@ -159,6 +165,30 @@ def inspect(
     ops = ", ".join(f"{k}×{v}" for k, v in info["operators"].items())
     console.print(f"operators: {ops}", highlight=False)
     console.print(f"hash: {info['hash']}   fingerprint: {info['fingerprint']}", highlight=False)
+
+
+def _inspect_check(path: str, shapes: dict | None, as_json: bool) -> None:
+    """``inspect --check``: the importer's pre-flight report; exit 4 when an operator is unsupported."""
+    from .errors import UnsupportedOperatorError
+    from .importer import check_report
+
+    report = check_report(path, shapes)
+    unsupported, dynamic = report["unsupported"], report["dynamic_inputs"]
+    if as_json:
+        print(json.dumps({"model": path, **report}, indent=2))
+    else:
+        if not unsupported:
+            print(f"{path}: every operator is supported")
+        by_op: dict[str, list[str]] = {}
+        for item in unsupported:
+            by_op.setdefault(item["op"], []).append(item["node"])
+        for op, nodes in by_op.items():
+            print(f"unsupported: {op} ({len(nodes)}): {', '.join(nodes)}")
+        for item in dynamic:
+            shape = "?" if item["shape"] is None else _fmt_shape(item["shape"])
+            print(f"dynamic input: {item['name']} [{shape}]: pin it with --input-shape {item['name']}=...")
+    if unsupported:
+        raise typer.Exit(UnsupportedOperatorError.exit_code)
 
 
 # --------------------------------------------------------------------------- compile

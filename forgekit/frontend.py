@@ -1,8 +1,11 @@
 """Load ONNX models and import them into Relax.
 
 This module owns everything between "a path the user typed" and "a Relax IRModule": reading the file
-with one-line errors, listing every unsupported operator at once (with node names), validating
-``shape_dict``, and keeping the ONNX names of inputs and outputs (TVM sanitises them).
+with one-line errors, validating ``shape_dict``, and keeping the ONNX names of inputs and outputs (TVM
+sanitises them).  The import itself goes through :mod:`forgekit.importer`: prepare (opset, node names,
+input pinning, folding of shape sub-graphs) -> check (every unsupported operator at once, with node
+names) -> TVM's ``from_onnx`` with forgekit's extra converters (LSTM/GRU/RNN, ConvInteger, QLinear*,
+...) -> numpy folding of constant-only calls.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, Iterator, Sequence
 
 import onnx
 
-from .errors import ModelLoadError, UnsupportedOperatorError, UsageError
+from .errors import ForgekitError, ModelLoadError, UnsupportedOperatorError, UsageError  # noqa: F401
 
 #: ONNX element type -> numpy dtype name
 _ONNX_DTYPES = {
@@ -30,10 +33,6 @@ _ONNX_DTYPES = {
     onnx.TensorProto.INT64: "int64",
     onnx.TensorProto.BOOL: "bool",
 }
-
-# Operators of the default domain that the Relax frontend declares but refuses at conversion time
-# whatever the attributes; listing them here turns a mid-import traceback into the upfront list.
-_KNOWN_REFUSED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,8 @@ class OnnxSource:
     """The ONNX model an IRModule was imported from, kept so it can be re-imported (batch size)."""
 
     model: onnx.ModelProto
-    shape_dict: dict[str, list[int | str]] = field(default_factory=dict)
+    #: input name -> dims (str: symbolic), or dim_param symbol -> int
+    shape_dict: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
 
 
@@ -100,38 +100,34 @@ def _iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 
 def supported_ops() -> set[str]:
-    """Operator types the Relax ONNX frontend (plus forgekit's converters) can import."""
-    from tvm.relax.frontend.onnx import onnx_frontend
+    """Operator types forgekit can import: the Relax ONNX frontend's plus :mod:`forgekit.importer`'s."""
+    from .importer import supported_op_types
 
-    return set(onnx_frontend._get_convert_map()) - _KNOWN_REFUSED
+    return supported_op_types()
 
 
-def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """(op_type, node name) for every node forgekit cannot import, in graph order."""
-    known = supported_ops()
-    out = []
-    for i, node in enumerate(_iter_nodes(model.graph)):
-        domain = node.domain or "ai.onnx"
-        if node.op_type not in known or domain not in ("ai.onnx", "ai.onnx.ml", ""):
-            label = node.op_type if domain == "ai.onnx" else f"{domain}.{node.op_type}"
-            out.append((label, node.name or f"#{i}"))
-    return out
+def find_unsupported(model: onnx.ModelProto, shape_dict: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """Everything that prevents import, in graph order, without converting anything.
+
+    ``(op_type, node name)`` for every node forgekit cannot import (If/Loop bodies included; another
+    domain's op is ``domain.OpType``; unnamed nodes get the name the importer gives them,
+    ``<OpType>_<index>``), then ``("<dynamic input>", "name[dims]")`` for every input whose shape stays
+    dynamic beyond a leading batch dimension once ``shape_dict`` is applied (see
+    :func:`forgekit.importer.check_report` for the same as JSON).
+    """
+    from .importer import find_unsupported as _find
+
+    pinned = normalize_shape_dict(model, shape_dict) if shape_dict else None
+    return [tuple(f) for f in _find(model, pinned)]
 
 
 def check_supported(model: onnx.ModelProto, path: str | None = None) -> None:
     """Raise :class:`UnsupportedOperatorError` listing every unsupported operator and its nodes."""
-    missing = find_unsupported(model)
-    if not missing:
-        return
-    by_op: dict[str, list[str]] = {}
-    for op, node in missing:
-        by_op.setdefault(op, []).append(node)
-    parts = [f"{op} ({', '.join(nodes[:5])}{', ...' if len(nodes) > 5 else ''})" for op, nodes in by_op.items()]
-    where = f"'{path}'" if path else "The model"
-    raise UnsupportedOperatorError(
-        f"{where} uses {len(by_op)} unsupported operator type(s): {'; '.join(parts)}. "
-        "Replace them in the exporter or open an issue with the model."
-    )
+    from .importer import UnsupportedOperatorsError, unsupported_ops
+
+    missing = unsupported_ops(model)
+    if missing:
+        raise UnsupportedOperatorsError(missing, f"'{path}'" if path else None)
 
 
 def _value_info(vi: onnx.ValueInfoProto) -> TensorInfo:
@@ -156,15 +152,37 @@ def graph_outputs(model: onnx.ModelProto) -> list[TensorInfo]:
     return [_value_info(vi) for vi in model.graph.output]
 
 
-def normalize_shape_dict(model: onnx.ModelProto, shape_dict: dict[str, Sequence[Any]] | None) -> dict[str, list]:
-    """Validate ``shape_dict`` names and turn dims into ints (strings stay symbolic)."""
+def _dim_symbols(model: onnx.ModelProto) -> set[str]:
+    """``dim_param`` names used by the real graph inputs."""
+    inits = {i.name for i in model.graph.initializer}
+    return {d.dim_param for vi in model.graph.input if vi.name not in inits
+            for d in vi.type.tensor_type.shape.dim if d.dim_param}
+
+
+def normalize_shape_dict(model: onnx.ModelProto, shape_dict: dict[str, Any] | None) -> dict[str, Any]:
+    """Validate ``shape_dict`` and turn dims into ints (strings stay symbolic).
+
+    Keys are input names (value: the full shape) or ``dim_param`` symbols of the inputs (value: an int,
+    e.g. ``{"batch": 1, "sequence": 128}``).  A shape may replace a static dimension (that is how
+    :meth:`IRModule.set_batch_size` re-imports a fixed-batch model) but must have the input's rank.
+    """
     if not shape_dict:
         return {}
-    names = [i.name for i in graph_inputs(model)]
-    out: dict[str, list] = {}
+    infos = {i.name: i for i in graph_inputs(model)}
+    names = list(infos)
+    symbols = _dim_symbols(model)
+    out: dict[str, Any] = {}
     for name, shape in shape_dict.items():
-        if name not in names:
-            raise UsageError(f"shape_dict names input '{name}', but the model's inputs are: {', '.join(names)}.")
+        if name not in infos:
+            if name in symbols:
+                out[name] = _symbol_value(name, shape)
+                continue
+            extra = f" (or one of the dimension symbols: {', '.join(sorted(symbols))})" if symbols else ""
+            raise UsageError(f"shape_dict names input '{name}', but the model's inputs are: {', '.join(names)}"
+                             f"{extra}.")
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise UsageError(f"shape_dict['{name}'] must be a list of dimensions such as [1, 3, 224, 224], "
+                             f"got {shape!r}.")
         dims: list = []
         for d in shape:
             if isinstance(d, str) and not d.isdigit():
@@ -174,33 +192,88 @@ def normalize_shape_dict(model: onnx.ModelProto, shape_dict: dict[str, Sequence[
                 if value <= 0:
                     raise UsageError(f"Input '{name}' dimension {value} must be positive.")
                 dims.append(value)
+        have = infos[name].shape
+        if have and len(have) != len(dims):
+            raise UsageError(f"shape_dict['{name}'] has {len(dims)} dimension(s) but input '{name}' has "
+                             f"{len(have)} ({'x'.join(str(d) for d in have)}): give all {len(have)}.")
         out[name] = dims
     return out
+
+
+def _symbol_value(name: str, value: Any) -> int:
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) == 1:
+        value = value[0]
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"shape_dict['{name}'] sets the dimension symbol '{name}': give an int, "
+                         f"got {value!r}.") from None
+    if number <= 0:
+        raise UsageError(f"Dimension '{name}' = {number} must be positive.")
+    return number
 
 
 def to_relax(source: OnnxSource) -> tuple[Any, list[TensorInfo], list[TensorInfo]]:
     """Import ``source`` into a Relax IRModule with weights bound as constants.
 
-    Returns the module and the ONNX-named input and output descriptions.
+    prepare (:func:`forgekit.importer.prepare_onnx`; dims not pinned by ``shape_dict`` stay symbolic)
+    -> check (every unsupported operator at once) -> TVM's ``from_onnx`` with the importer's converters
+    -> numpy folding of constant-only calls.  Returns the module and the ONNX-named input and output
+    descriptions (input shapes as imported).
     """
     import tvm
     from tvm import relax
-    from tvm.relax.frontend.onnx import from_onnx
+
+    from .importer import (
+        ConversionError,
+        ImportErrorBase,
+        PrepareError,
+        UnsupportedOperatorsError,
+        convert,
+        prepare_onnx,
+        unsupported_ops,
+    )
+    from .importer.errors import REPORT_HINT, fmt_shape, one_line
 
     model = source.model
-    check_supported(model, source.path)
-    inputs = graph_inputs(model)
-    shape_dict: dict[str, list] = {}
-    for info in inputs:
-        dims = source.shape_dict.get(info.name, list(info.shape))
-        # from_onnx wants tirx Vars for symbolic dims, never strings.
-        shape_dict[info.name] = [d if isinstance(d, int) else tvm.tirx.Var(str(d), "int64") for d in dims]
+    where = f"'{source.path}'" if source.path else None
+    try:
+        prepared = prepare_onnx(model, source.shape_dict, default_batch=None, allow_dynamic=True,
+                                allow_static_override=True)
+    except ForgekitError:
+        raise
+    except Exception as exc:  # shape inference or the version converter choked on the graph
+        missing = unsupported_ops(model)
+        if missing:  # the likelier cause, and the more useful message
+            raise UnsupportedOperatorsError(missing, where) from None
+        raise PrepareError(f"Preparing {where or 'the model'} for import failed ({one_line(exc)}): "
+                           "check it with onnx.checker or re-export it.") from exc
+    missing = unsupported_ops(prepared)
+    if missing:
+        raise UnsupportedOperatorsError(missing, where)
+
+    inputs = graph_inputs(prepared)
+    symbols: dict[str, Any] = {}
+    # from_onnx wants tirx Vars for symbolic dims, never strings; one Var per symbol name.
+    shape_dict = {info.name: [d if isinstance(d, int) else symbols.setdefault(str(d), tvm.tirx.Var(str(d), "int64"))
+                              for d in info.shape] for info in inputs}
     dtype_dict = {info.name: info.dtype for info in inputs}
     try:
-        mod = from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
+        mod = convert(prepared, shape_dict=shape_dict, dtype_dict=dtype_dict, where=where)
         mod = relax.transform.Normalize()(mod)
-    except Exception as exc:  # the frontend raises assorted TVM and Python errors
-        where = f"'{source.path}'" if source.path else "the model"
-        raise ModelLoadError(f"TVM could not import {where}: {_first_line(exc)}") from exc
-    shaped = [TensorInfo(i.name, tuple(source.shape_dict.get(i.name, i.shape)), i.dtype) for i in inputs]
-    return mod, shaped, graph_outputs(model)
+    except ConversionError as exc:
+        dynamic = [i for i in inputs if not all(isinstance(d, int) for d in i.shape)]
+        if dynamic:
+            listing = ", ".join(f"{i.name}{fmt_shape(i.shape)}" for i in dynamic)
+            first = dynamic[0]
+            example = "x".join(str(d) if isinstance(d, int) else "1" for d in first.shape)
+            hint = (f"inputs {listing} are still dynamic: pin them with shape_dict (CLI: --input-shape "
+                    f"{first.name}={example}), else {REPORT_HINT}")
+            raise exc.with_context(where, hint) from None
+        raise
+    except ImportErrorBase:
+        raise
+    except Exception as exc:  # Normalize on what the frontend built
+        raise ModelLoadError(f"TVM could not import {where or 'the model'}: {_first_line(exc)}; "
+                             f"{REPORT_HINT}.") from exc
+    return mod, inputs, graph_outputs(model)

@@ -1,0 +1,90 @@
+"""ONNX import for TVM 0.27 Relax: prepare (pin + fold), check, extra converters.
+
+:func:`forgekit.from_onnx` goes through this package (see :mod:`forgekit.frontend`); it can also be
+used on its own::
+
+    from forgekit.importer import import_onnx, find_unsupported, check_report, prepare_onnx
+
+    mod = import_onnx("model.onnx", {"x": [1, 3, 320, 320]})       # -> Relax tvm.IRModule
+    check_report("model.onnx")   # {"unsupported": [{"op", "node"}...], "dynamic_inputs": [{"name", "shape"}...]}
+
+* :mod:`.prepare` — ``prepare_onnx``: opset >= 11, node names, input pinning, shape inference and
+  constant folding of shape sub-graphs (``onnx`` + ``numpy`` only).
+* :mod:`.check` — ``find_unsupported`` / ``check_report`` (milliseconds), ``convert`` and ``import_onnx``.
+* :mod:`.converters` — LSTM/GRU/RNN, ConvInteger, QLinearConv/MatMul, com.microsoft QGemm/QLinear*,
+  DynamicQuantizeLSTM, patched into TVM's frontend for the duration of an import.
+* :mod:`.relax_fold` — exact numpy folding of constant-only Relax calls after import.
+* :mod:`.errors` — every error is a :class:`forgekit.errors.ModelLoadError` (exit 3) or
+  :class:`forgekit.errors.UnsupportedOperatorError` (exit 4) with a one-line message.
+
+Importing this package does not import TVM (the converter registry is loaded on first use) nor
+onnxruntime (never needed).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .check import (
+    DYNAMIC_INPUT,
+    Finding,
+    check_report,
+    convert,
+    find_unsupported,
+    import_onnx,
+    supported_op_types,
+    unsupported_ops,
+)
+from .errors import (
+    ConversionError,
+    DynamicShapeError,
+    ImportErrorBase,
+    PrepareError,
+    UnsupportedOperatorsError,
+)
+from .prepare import dynamic_inputs, fold_constants, prepare_onnx
+
+# These need TVM: loaded on first access.
+_LAZY = {
+    "EXTRA_CONVERTERS": ".converters",
+    "patched_frontend": ".converters",
+    "register_converter": ".converters",
+    "fold_constants_numpy": ".relax_fold",
+}
+
+__all__ = [
+    "DYNAMIC_INPUT",
+    "EXTRA_CONVERTERS",
+    "ConversionError",
+    "DynamicShapeError",
+    "Finding",
+    "ImportErrorBase",
+    "PrepareError",
+    "UnsupportedOperatorsError",
+    "check_report",
+    "convert",
+    "dynamic_inputs",
+    "find_unsupported",
+    "fold_constants",
+    "fold_constants_numpy",
+    "import_onnx",
+    "patched_frontend",
+    "prepare_onnx",
+    "register_converter",
+    "supported_op_types",
+    "unsupported_ops",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forgekit.importer' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

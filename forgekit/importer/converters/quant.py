@@ -1,0 +1,324 @@
+"""Quantized operators the Relax frontend lacks.
+
+* ``ConvInteger``: ``conv(x - x_zp, w - w_zp)`` in int32 (the zero-point subtraction
+  before padding gives ONNX's "pad with the zero point" semantics).
+* ``QLinearConv`` / ``QLinearMatMul``: the int32 accumulation above, then
+  requantisation as onnxruntime does it: ``y = sat(round_half_even(acc * (x_s*w_s/y_s)) + y_zp)``
+  with the multiplier computed in float32 (per output channel when ``w_scale`` is a vector).
+* ``com.microsoft`` QOperator element-wise ops (``QLinearAdd``, ``QLinearMul``,
+  ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``,
+  ``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSoftmax``): dequantize ->
+  float op -> quantize.  These may differ from onnxruntime by one quantum
+  (onnxruntime uses fixed-point / lookup-table kernels for some of them).
+
+Accumulation is int32 on widened int32 operands: exact, not the fastest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as _fe
+
+from ._common import OnnxOpConverter, const_value, dtype_of, ndim_of
+
+_QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+
+
+def _i32(x):
+    return relax.op.astype(x, "int32")
+
+
+def _channel_view(bb, v, ndim, axis=1):
+    """Reshape a per-channel vector for broadcasting along ``axis`` of an ndim tensor."""
+    v = bb.normalize(v)
+    if ndim_of(v) == 0 or ndim <= 1:
+        return v
+    shape = [1] * ndim
+    shape[axis] = -1
+    return relax.op.reshape(v, shape)
+
+
+def _sub_zp(bb, x, zp, ndim, axis=None):
+    x = _i32(x)
+    if zp is None:
+        return x
+    zp = bb.normalize(_i32(zp))
+    if ndim_of(zp) >= 1 and axis is not None:
+        zp = _channel_view(bb, zp, ndim, axis)
+    return relax.op.subtract(x, zp)
+
+
+def _requantize(bb, acc, multiplier, y_zp, out_dtype):
+    """sat(round(acc * multiplier) + y_zp) like MlasRequantizeOutput."""
+    op = relax.op
+    lo, hi = _QRANGE[out_dtype]
+    val = op.multiply(op.astype(acc, "float32"), multiplier)
+    zp_f = op.astype(y_zp, "float32") if y_zp is not None else relax.const(0.0, "float32")
+    val = op.add(op.round(val), zp_f)
+    val = op.clip(val, lo, hi)
+    return op.astype(val, out_dtype)
+
+
+def _out_dtype(y_zp, default="uint8"):
+    return dtype_of(y_zp) if y_zp is not None else default
+
+
+def _fast_int_conv(bb, x, w, x_zp, w_zp, attr):
+    """8-bit conv with int32 accumulation straight on the 8-bit operands (VNNI-friendly).
+
+    Valid when the weights and their zero point are constants with w_zp == 0 and the
+    input zero point is a constant scalar: padding with x_zp then
+    conv(x - x_zp, w) = conv(x_padded, w) - x_zp * sum(w[m]).  Returns None otherwise.
+    """
+    wv, xzv = const_value(w), const_value(x_zp) if x_zp is not None else np.zeros((), np.int32)
+    wzv = const_value(w_zp) if w_zp is not None else np.zeros((), np.int32)
+    if wv is None or xzv is None or wzv is None or np.any(wzv != 0) or xzv.size != 1:
+        return None
+    if dtype_of(x) not in ("uint8", "int8") or str(wv.dtype) not in ("uint8", "int8"):
+        return None
+    auto_pad = attr.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad not in ("NOTSET", "VALID"):
+        return None
+    nsp = ndim_of(x) - 2
+    if nsp not in (1, 2, 3):
+        return None
+    conv = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}[nsp]
+    layouts = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}[nsp]
+    pads = [0] * (2 * nsp) if auto_pad == "VALID" else list(attr.get("pads", [0] * (2 * nsp)))
+    xz = int(xzv.reshape(-1)[0])
+    data, padding = x, pads
+    if xz != 0 and any(pads):
+        width = [0, 0, 0, 0] + [v for i in range(nsp) for v in (pads[i], pads[i + nsp])]
+        data = relax.op.nn.pad(x, width, pad_value=float(xz))
+        padding = [0] * (2 * nsp)
+    acc = conv(
+        data, relax.const(wv), strides=attr.get("strides", 1), padding=padding,
+        dilation=attr.get("dilations", 1), groups=int(attr.get("group", 1)),
+        data_layout=layouts[0], kernel_layout=layouts[1], out_dtype="int32",
+    )
+    if xz != 0:
+        wsum = wv.astype(np.int64).reshape(wv.shape[0], -1).sum(axis=1) * xz
+        acc = relax.op.subtract(acc, relax.const(wsum.astype(np.int32).reshape([1, -1] + [1] * nsp)))
+    return acc
+
+
+def _int_conv(bb, inputs, attr, params):
+    x, w = inputs[0], inputs[1]
+    x_zp = inputs[2] if len(inputs) > 2 else None
+    w_zp = inputs[3] if len(inputs) > 3 else None
+    fast = _fast_int_conv(bb, x, w, x_zp, w_zp, attr)
+    if fast is not None:
+        return fast
+    nd = ndim_of(x)
+    x32 = bb.normalize(_sub_zp(bb, x, x_zp, nd))
+    w32 = bb.normalize(_sub_zp(bb, w, w_zp, ndim_of(w), axis=0))
+    return _fe.Conv._impl_v11(bb, [x32, w32, None], dict(attr), params)
+
+
+class ConvInteger(OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        return _int_conv(bb, list(inputs) + [None] * (4 - len(inputs)), attr, params)
+
+
+class QLinearConv(OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        inputs = list(inputs) + [None] * (9 - len(inputs))
+        x, xs, xzp, w, ws, wzp, ys, yzp, bias = inputs[:9]
+        op = relax.op
+        acc = bb.normalize(_int_conv(bb, [x, w, xzp, wzp], attr, params))
+        nd = ndim_of(acc)
+        if bias is not None:
+            acc = op.add(acc, op.reshape(bb.normalize(_i32(bias)), [1, -1] + [1] * (nd - 2)))
+        ws_v = _channel_view(bb, op.astype(ws, "float32"), nd, axis=1)
+        mult = bb.normalize(op.divide(op.multiply(op.astype(xs, "float32"), ws_v), op.astype(ys, "float32")))
+        return _requantize(bb, acc, mult, yzp, _out_dtype(yzp, dtype_of(x)))
+
+
+class QLinearMatMul(OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        a, a_s, a_zp, b, b_s, b_zp, ys, yzp = list(inputs)[:8]
+        acc = _fe.MatMulInteger._impl_v10(bb, [a, b, a_zp, b_zp], attr, params)
+        op = relax.op
+        b_s = bb.normalize(op.astype(b_s, "float32"))
+        a_s = bb.normalize(op.astype(a_s, "float32"))
+        if ndim_of(a_s) == 1 and ndim_of(a) >= 2:  # per-row scale [M]
+            a_s = op.expand_dims(a_s, axis=-1)
+        mult = bb.normalize(op.divide(op.multiply(a_s, b_s), op.astype(ys, "float32")))
+        return _requantize(bb, acc, mult, yzp, _out_dtype(yzp, dtype_of(a)))
+
+
+# ------------------------------------------------------------------ com.microsoft QOperator ops
+def _dq(x, s, zp):
+    op = relax.op
+    xf = op.astype(x, "float32")
+    if zp is not None:
+        xf = op.subtract(xf, op.astype(zp, "float32"))
+    return op.multiply(xf, op.astype(s, "float32"))
+
+
+def _q(xf, s, zp, dtype):
+    op = relax.op
+    lo, hi = _QRANGE[dtype]
+    v = op.round(op.divide(xf, op.astype(s, "float32")))
+    if zp is not None:
+        v = op.add(v, op.astype(zp, "float32"))
+    return op.astype(op.clip(v, lo, hi), dtype)
+
+
+def _pad(inputs, n):
+    return list(inputs) + [None] * (n - len(inputs))
+
+
+class _QBinary(OnnxOpConverter):
+    FN = None
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp = _pad(inputs, 8)[:8]
+        y = cls.FN(_dq(a, a_s, a_zp), _dq(b, b_s, b_zp))
+        return _q(y, c_s, c_zp, _out_dtype(c_zp, dtype_of(a)))
+
+
+class QLinearAdd(_QBinary):
+    FN = staticmethod(relax.op.add)
+
+
+class QLinearMul(_QBinary):
+    FN = staticmethod(relax.op.multiply)
+
+
+class QLinearSigmoid(OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, xs, xzp, ys, yzp = _pad(inputs, 5)[:5]
+        return _q(relax.op.sigmoid(_dq(x, xs, xzp)), ys, yzp, _out_dtype(yzp, dtype_of(x)))
+
+
+class QLinearLeakyRelu(OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, xs, xzp, ys, yzp = _pad(inputs, 5)[:5]
+        y = relax.op.nn.leakyrelu(_dq(x, xs, xzp), float(attr.get("alpha", 0.01)))
+        return _q(y, ys, yzp, _out_dtype(yzp, dtype_of(x)))
+
+
+class QLinearGlobalAveragePool(OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, xs, xzp, ys, yzp = _pad(inputs, 5)[:5]
+        if int(attr.get("channels_last", 0)):
+            raise ValueError("QLinearGlobalAveragePool with channels_last=1 is not supported")
+        xf = bb.normalize(_dq(x, xs, xzp))
+        y = relax.op.mean(xf, axis=list(range(2, ndim_of(xf))), keepdims=True)
+        return _q(y, ys, yzp, _out_dtype(yzp, dtype_of(x)))
+
+
+class QLinearAveragePool(OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, xs, xzp, ys, yzp = _pad(inputs, 5)[:5]
+        if int(attr.get("channels_last", 0)):
+            raise ValueError("QLinearAveragePool with channels_last=1 is not supported")
+        a = {k: v for k, v in attr.items() if k != "channels_last"}
+        xf = bb.normalize(_dq(x, xs, xzp))
+        y = _fe.AveragePool.get_converter(19)(bb, [xf], a, params)
+        return _q(y, ys, yzp, _out_dtype(yzp, dtype_of(x)))
+
+
+class QLinearConcat(OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        ys, yzp = inputs[0], inputs[1]
+        rest = list(inputs[2:])
+        parts = [_dq(rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
+        y = relax.op.concat(parts, axis=int(attr.get("axis", 0)))
+        return _q(y, ys, yzp, _out_dtype(yzp, dtype_of(rest[0])))
+
+
+class QLinearSoftmax(OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, xs, xzp, ys, yzp = _pad(inputs, 5)[:5]
+        y = relax.op.nn.softmax(_dq(x, xs, xzp), axis=int(attr.get("axis", -1)))
+        return _q(y, ys, yzp, _out_dtype(yzp, dtype_of(x)))
+
+
+class QGemm(OnnxOpConverter):
+    """com.microsoft QGemm: int GEMM (+ int32 bias), float output or requantized output."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        op = relax.op
+        a, a_s, a_zp, b, b_s, b_zp, c, y_s, y_zp = _pad(inputs, 9)[:9]
+        alpha = float(attr.get("alpha", 1.0))
+        trans_a, trans_b = int(attr.get("transA", 0)), int(attr.get("transB", 0))
+        a32 = bb.normalize(_sub_zp(bb, a, a_zp, ndim_of(a)))
+        b32 = _i32(b)
+        if b_zp is not None:
+            zp = bb.normalize(_i32(b_zp))
+            if ndim_of(zp) == 1 and trans_b:
+                zp = op.expand_dims(zp, axis=-1)
+            b32 = op.subtract(b32, zp)
+        if trans_a:
+            a32 = op.permute_dims(a32)
+        if trans_b:
+            b32 = op.permute_dims(b32)
+        acc = op.matmul(a32, b32, out_dtype="int32")
+        if c is not None:
+            acc = op.add(acc, _i32(c))
+        scale = op.multiply(op.multiply(relax.const(alpha, "float32"), op.astype(a_s, "float32")),
+                            op.astype(b_s, "float32"))
+        if y_s is None:
+            return op.multiply(op.astype(acc, "float32"), scale)
+        mult = bb.normalize(op.divide(scale, op.astype(y_s, "float32")))
+        return _requantize(bb, acc, mult, y_zp, _out_dtype(y_zp, dtype_of(a)))
+
+
+class DynamicQuantizeLSTM(OnnxOpConverter):
+    """com.microsoft DynamicQuantizeLSTM: weights are dequantized to float and the float LSTM
+    converter runs.  onnxruntime also quantizes the activations per step, so results differ
+    from it by that quantization error (~1e-2 relative), not by a conversion error."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        from .rnn import LSTM
+
+        op = relax.op
+        ins = _pad(inputs, 12)
+        X, W, R, B, seq_lens, h0, c0, P, w_s, w_zp, r_s, r_zp = ins[:12]
+
+        def deq(q, s, zp):  # q: [D, K, 4H]; s/zp: [D] or [D, 4H]
+            s = bb.normalize(op.astype(s, "float32"))
+            view = [-1, 1, 1] if ndim_of(s) == 1 else None
+            qf = op.astype(q, "float32")
+            if zp is not None:
+                z = bb.normalize(op.astype(zp, "float32"))
+                z = op.reshape(z, view) if view else op.expand_dims(z, axis=1)
+                qf = op.subtract(qf, z)
+            s = op.reshape(s, view) if view else op.expand_dims(s, axis=1)
+            return bb.normalize(op.permute_dims(op.multiply(qf, s), [0, 2, 1]))
+
+        Wf, Rf = deq(W, w_s, w_zp), deq(R, r_s, r_zp)
+        return LSTM._convert(bb, [X, Wf, Rf, B, seq_lens, h0, c0, P], attr)
+
+
+CONVERTERS = {
+    "QGemm": QGemm,
+    "DynamicQuantizeLSTM": DynamicQuantizeLSTM,
+    "ConvInteger": ConvInteger,
+    "QLinearConv": QLinearConv,
+    "QLinearMatMul": QLinearMatMul,
+    "QLinearAdd": QLinearAdd,
+    "QLinearMul": QLinearMul,
+    "QLinearSigmoid": QLinearSigmoid,
+    "QLinearLeakyRelu": QLinearLeakyRelu,
+    "QLinearGlobalAveragePool": QLinearGlobalAveragePool,
+    "QLinearAveragePool": QLinearAveragePool,
+    "QLinearConcat": QLinearConcat,
+    "QLinearSoftmax": QLinearSoftmax,
+}

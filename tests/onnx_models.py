@@ -1,0 +1,331 @@
+"""Small ONNX models built with onnx.helper only (no torch): used by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F32 = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits, opset=14, extra_opsets=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    ops = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra_opsets]
+    m = helper.make_model(g, opset_imports=ops)
+    m.ir_version = 8
+    onnx.checker.check_model(m) if all(o.type.tensor_type.HasField("shape") for o in outputs) else None
+    return m
+
+
+def rnn_model(
+    kind="LSTM",
+    direction="forward",
+    T=5,
+    N=2,
+    I=4,
+    H=3,
+    layout=0,
+    with_bias=True,
+    with_init=True,
+    seq_lens=None,  # None | "input" | list (constant)
+    peephole=False,
+    lbr=0,
+    clip=None,
+    activations=None,
+    input_forget=0,
+    outputs=("Y", "Y_h", "Y_c"),
+    dynamic_batch=False,
+    seed=0,
+):
+    rng = np.random.default_rng(seed)
+    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
+    D = 2 if direction == "bidirectional" else 1
+    w = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    inits = [numpy_helper.from_array(w(D, G * H, I), "W"), numpy_helper.from_array(w(D, G * H, H), "R")]
+    batch = "N" if dynamic_batch else N
+    xshape = [T, batch, I] if layout == 0 else [batch, T, I]
+    inputs = [helper.make_tensor_value_info("X", F32, xshape)]
+    node_in = ["X", "W", "R"]
+    node_in.append("B" if with_bias else "")
+    if with_bias:
+        inits.append(numpy_helper.from_array(w(D, 2 * G * H), "B"))
+    if seq_lens == "input":
+        inputs.append(helper.make_tensor_value_info("seq_lens", TensorProto.INT32, [batch]))
+        node_in.append("seq_lens")
+    elif seq_lens is not None:
+        inits.append(numpy_helper.from_array(np.asarray(seq_lens, np.int32), "seq_lens"))
+        node_in.append("seq_lens")
+    else:
+        node_in.append("")
+    hshape = [D, batch, H] if layout == 0 else [batch, D, H]
+    if with_init:
+        inputs.append(helper.make_tensor_value_info("h0", F32, hshape))
+        node_in.append("h0")
+        if kind == "LSTM":
+            inputs.append(helper.make_tensor_value_info("c0", F32, hshape))
+            node_in.append("c0")
+    else:
+        node_in.append("")
+        if kind == "LSTM":
+            node_in.append("")
+    if peephole and kind == "LSTM":
+        inits.append(numpy_helper.from_array(w(D, 3 * H), "P"))
+        node_in.append("P")
+    while node_in and node_in[-1] == "":
+        node_in.pop()
+    outs = [o for o in outputs if kind == "LSTM" or o != "Y_c"]
+    attrs = dict(hidden_size=H, direction=direction)
+    if layout:
+        attrs["layout"] = layout
+    if kind == "GRU" and lbr:
+        attrs["linear_before_reset"] = lbr
+    if clip is not None:
+        attrs["clip"] = clip
+    if activations:
+        attrs["activations"] = activations
+    if input_forget:
+        attrs["input_forget"] = input_forget
+    node = helper.make_node(kind, node_in, list(outs), name=f"{kind.lower()}0", **attrs)
+    yshape = [T, D, batch, H] if layout == 0 else [batch, T, D, H]
+    shapes = {"Y": yshape, "Y_h": hshape, "Y_c": hshape}
+    out_vi = [helper.make_tensor_value_info(o, F32, shapes[o]) for o in outs if o]
+    return _model([node], inputs, out_vi, inits)
+
+
+def detector_head(nc=3, na=2, H=8, W=10, C=16, stride=8.0, seed=0):
+    """YOLO-style head: conv -> reshape/permute -> sigmoid -> decode with an anchor grid built
+    from Shape/Range/Expand (dynamic batch and spatial dims)."""
+    rng = np.random.default_rng(seed)
+    no = nc + 5
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((na * no, C, 1, 1)) * 0.1).astype(np.float32), "w"),
+        numpy_helper.from_array((rng.standard_normal(na * no) * 0.1).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([0], np.int64), "i0"),
+        numpy_helper.from_array(np.array([2], np.int64), "i2"),
+        numpy_helper.from_array(np.array([3], np.int64), "i3"),
+        numpy_helper.from_array(np.array([4], np.int64), "i4"),
+        numpy_helper.from_array(np.array([na], np.int64), "na"),
+        numpy_helper.from_array(np.array([no], np.int64), "no"),
+        numpy_helper.from_array(np.array([-1], np.int64), "m1"),
+        numpy_helper.from_array(np.array(0, np.int64), "s0"),
+        numpy_helper.from_array(np.array(1, np.int64), "s1"),
+        numpy_helper.from_array(np.array(stride, np.float32), "stride"),
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(
+            (np.array([[10, 13], [16, 30]], np.float32)[:na]).reshape(1, na, 1, 1, 2), "anchors"
+        ),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w", "b"], ["p"], name="head_conv"),
+        n("Shape", ["p"], ["ps"], name="shape_p"),
+        n("Gather", ["ps", "i0"], ["bs"], name="g_bs", axis=0),
+        n("Gather", ["ps", "i2"], ["ny"], name="g_ny", axis=0),
+        n("Gather", ["ps", "i3"], ["nx"], name="g_nx", axis=0),
+        n("Concat", ["bs", "na", "no", "ny", "nx"], ["shp5"], name="cat_shape", axis=0),
+        n("Reshape", ["p", "shp5"], ["p5"], name="reshape5"),
+        n("Transpose", ["p5"], ["pt"], name="perm", perm=[0, 1, 3, 4, 2]),
+        n("Sigmoid", ["pt"], ["y"], name="sig"),
+        # grid: yv, xv = meshgrid(arange(ny), arange(nx))
+        n("Squeeze", ["ny"], ["ny_s"], name="sq_ny"),
+        n("Squeeze", ["nx"], ["nx_s"], name="sq_nx"),
+        n("Range", ["s0", "ny_s", "s1"], ["ry"], name="range_y"),
+        n("Range", ["s0", "nx_s", "s1"], ["rx"], name="range_x"),
+        n("Concat", ["ny", "nx"], ["gshape"], name="cat_g", axis=0),
+        n("Unsqueeze", ["ry", "m1"], ["ry2"], name="unsq_y"),
+        n("Expand", ["ry2", "gshape"], ["yv"], name="expand_y"),
+        n("Expand", ["rx", "gshape"], ["xv"], name="expand_x"),
+        n("Unsqueeze", ["xv", "m1"], ["xv3"], name="unsq_xv"),
+        n("Unsqueeze", ["yv", "m1"], ["yv3"], name="unsq_yv"),
+        n("Concat", ["xv3", "yv3"], ["grid_i"], name="cat_grid", axis=-1),
+        n("Cast", ["grid_i"], ["grid"], name="cast_grid", to=F32),
+        # xy = (y[..., :2] * 2 - 0.5 + grid) * stride ; wh = (y[..., 2:4] * 2)^2 * anchor
+        n("Slice", ["y", "i0", "i2", "m1"], ["yxy"], name="slice_xy"),
+        n("Slice", ["y", "i2", "i4", "m1"], ["ywh"], name="slice_wh"),
+        n("Slice", ["y", "i4", "no", "m1"], ["yconf"], name="slice_conf"),
+        n("Mul", ["yxy", "two"], ["xy1"], name="xy_mul"),
+        n("Sub", ["xy1", "half"], ["xy2"], name="xy_sub"),
+        n("Add", ["xy2", "grid"], ["xy3"], name="xy_add"),
+        n("Mul", ["xy3", "stride"], ["xy"], name="xy_scale"),
+        n("Mul", ["ywh", "two"], ["wh1"], name="wh_mul"),
+        n("Mul", ["wh1", "wh1"], ["wh2"], name="wh_sq"),
+        n("Mul", ["wh2", "anchors"], ["wh"], name="wh_anchor"),
+        n("Concat", ["xy", "wh", "yconf"], ["dec"], name="cat_dec", axis=-1),
+        n("Concat", ["bs", "m1", "no"], ["oshape"], name="cat_oshape", axis=0),
+        n("Reshape", ["dec", "oshape"], ["out"], name="reshape_out"),
+    ]
+    x = helper.make_tensor_value_info("x", F32, ["batch", C, "h", "w"])
+    out = helper.make_tensor_value_info("out", F32, ["batch", "n", no])
+    return _model(nodes, [x], [out], inits, opset=13)
+
+
+def conv_integer_model(seed=0, per_channel=False, with_zp=True, pads=(1, 1, 1, 1), group=1):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-128, 128, size=(6, 4 // group, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w")]
+    ins = ["x", "w"]
+    if with_zp:
+        inits.append(numpy_helper.from_array(np.array(7, np.uint8), "xzp"))
+        wzp = rng.integers(-3, 3, size=6).astype(np.int8) if per_channel else np.array(2, np.int8)
+        inits.append(numpy_helper.from_array(wzp, "wzp"))
+        ins += ["xzp", "wzp"]
+    node = helper.make_node("ConvInteger", ins, ["y"], name="convint", pads=list(pads), group=group)
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 9, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, None)
+    return _model([node], [x], [y], inits, opset=13)
+
+
+def qlinear_conv_model(seed=0, per_channel=True, strides=(1, 1), group=1):
+    rng = np.random.default_rng(seed)
+    M = 6 if group in (1, 2) else 4 * (group // 4 or 1)
+    w = rng.integers(-127, 128, size=(M, 4 // group, 3, 3)).astype(np.int8)
+    ws = (rng.random(M) * 0.02 + 0.005).astype(np.float32) if per_channel else np.array(0.01, np.float32)
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "xs"),
+        numpy_helper.from_array(np.array(120, np.uint8), "xzp"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(ws, "ws"),
+        numpy_helper.from_array(np.zeros(M if per_channel else (), np.int8), "wzp"),
+        numpy_helper.from_array(np.array(0.3, np.float32), "ys"),
+        numpy_helper.from_array(np.array(128, np.uint8), "yzp"),
+        numpy_helper.from_array(rng.integers(-500, 500, size=M).astype(np.int32), "bias"),
+    ]
+    node = helper.make_node(
+        "QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "bias"], ["y"], name="qconv",
+        pads=[1, 1, 1, 1], strides=list(strides), group=group,
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 10, 10])
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, None)
+    return _model([node], [x], [y], inits, opset=13)
+
+
+def qlinear_matmul_model(seed=0):
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, 256, size=(16, 8)).astype(np.uint8)
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "as"),
+        numpy_helper.from_array(np.array(100, np.uint8), "azp"),
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(np.array(0.03, np.float32), "bs"),
+        numpy_helper.from_array(np.array(128, np.uint8), "bzp"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "ys"),
+        numpy_helper.from_array(np.array(110, np.uint8), "yzp"),
+    ]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"], ["y"], name="qmm")
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 5, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, None)
+    return _model([node], [a], [y], inits, opset=13)
+
+
+def matmul_integer_model(seed=0):
+    rng = np.random.default_rng(seed)
+    b = rng.integers(-128, 128, size=(16, 8)).astype(np.int8)
+    inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(3, np.uint8), "azp")]
+    node = helper.make_node("MatMulInteger", ["a", "b", "azp"], ["y"], name="mmi")
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [3, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, None)
+    return _model([node], [a], [y], inits, opset=13)
+
+
+def old_style_model():
+    """IR 3 / opset 9: initializers also listed as graph inputs; Reshape shape from a Shape chain."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([-1], np.int64), "m1")]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        n("Relu", ["c"], ["r"], name="relu"),
+        n("Shape", ["r"], ["s"], name="shape"),
+        n("Slice", ["s"], ["s0"], name="slice", starts=[0], ends=[1], axes=[0]),
+        n("Concat", ["s0", "m1"], ["ns"], name="cat", axis=0),
+        n("Reshape", ["r", "ns"], ["y"], name="flatten"),
+    ]
+    ins = [helper.make_tensor_value_info("x", F32, ["N", 3, 8, 8])] + [
+        helper.make_tensor_value_info("w", F32, [4, 3, 3, 3]),
+        helper.make_tensor_value_info("m1", TensorProto.INT64, [1]),
+    ]
+    g = helper.make_graph(nodes, "old", ins, [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 3
+    return m
+
+
+def constant_of_shape_mask_model():
+    """transformers-style attention-mask code: 0-d ConstantOfShape + Where/Expand on Shape."""
+    n = helper.make_node
+    inits = [
+        numpy_helper.from_array(np.array([], np.int64), "empty"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array(-1e4, np.float32), "neg"),
+    ]
+    nodes = [
+        n("ConstantOfShape", ["empty"], ["zero_scalar"], name="cos0d",
+          value=numpy_helper.from_array(np.array([0.0], np.float32))),
+        n("Cast", ["mask"], ["maskf"], name="cast", to=F32),
+        n("Equal", ["maskf", "zero_scalar"], ["is0"], name="eq"),
+        n("Where", ["is0", "neg", "zero_scalar"], ["bias"], name="where"),
+        n("Unsqueeze", ["bias", "one"], ["bias3"], name="unsq"),
+        n("Shape", ["x"], ["xs"], name="shape_x"),
+        n("Expand", ["bias3", "xs"], ["biasx"], name="expand"),
+        n("Add", ["x", "biasx"], ["s"], name="add"),
+        n("Softmax", ["s"], ["y"], name="softmax", axis=-1),
+    ]
+    ins = [
+        helper.make_tensor_value_info("x", F32, ["b", "s", "s"]),
+        helper.make_tensor_value_info("mask", TensorProto.INT64, ["b", "s"]),
+    ]
+    return _model(nodes, ins, [helper.make_tensor_value_info("y", F32, None)], inits, opset=14)
+
+
+def if_lstm_model():
+    """An If on a constant-foldable condition selecting between an LSTM and a GRU branch."""
+    lstm = rnn_model("LSTM", with_init=False, outputs=("Y",))
+    gru = rnn_model("GRU", with_init=False, outputs=("Y",), seed=1)
+    def branch(m, name, out):
+        g = onnx.GraphProto()
+        g.CopyFrom(m.graph)
+        g.name = name
+        for node in g.node:
+            node.name = f"{name}_{node.name}"
+            node.output[0] = out
+        for t in g.initializer:
+            t.name = f"{name}_{t.name}"
+        for node in g.node:
+            for k, i in enumerate(node.input):
+                if i in ("W", "R", "B"):
+                    node.input[k] = f"{name}_{i}"
+        del g.input[:]
+        del g.output[:]
+        g.output.append(helper.make_tensor_value_info(out, F32, None))
+        return g
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["X"], ["xs"], name="shape"),
+        n("Gather", ["xs", "zero"], ["t"], name="gather_t", axis=0),
+        n("Greater", ["t", "one"], ["cond"], name="gt"),
+        n("If", ["cond"], ["Y"], name="select", then_branch=branch(lstm, "then", "Y_then"),
+          else_branch=branch(gru, "else", "Y_else")),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    ins = [helper.make_tensor_value_info("X", F32, [5, "N", 4])]
+    return _model(nodes, ins, [helper.make_tensor_value_info("Y", F32, None)], inits, opset=14)
+
+
+def unsupported_model():
+    n = helper.make_node
+    nodes = [
+        n("Relu", ["x"], ["a"], name="relu"),
+        n("Det", ["a"], ["d"], name="det_1"),
+        n("StringNormalizer", ["s"], ["s2"], name="strnorm"),
+        n("MyOp", ["a"], ["b"], name="custom_1", domain="my.domain"),
+    ]
+    ins = [helper.make_tensor_value_info("x", F32, ["n", 3, 3]), helper.make_tensor_value_info("s", TensorProto.STRING, [2])]
+    outs = [helper.make_tensor_value_info(o, F32, None) for o in ("d", "b")] + [
+        helper.make_tensor_value_info("s2", TensorProto.STRING, None)]
+    g = helper.make_graph(nodes, "u", ins, outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("my.domain", 1)])
+    m.ir_version = 8
+    return m
