@@ -87,6 +87,17 @@ def _encoder_block(seq: int = 32, hidden: int = 64, ffn: int = 256):
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])], inits)
 
 
+def _matmul_model(m: int, k: int, n: int, act: str = "Tanh"):
+    """x[m,k] @ w[k,n] + b -> act: an RNN step's shape when n is small and not a multiple of the lanes."""
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    inits = [numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["a"]),
+             helper.make_node(act, ["a"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+
 CASES = {
     # name: (model, rules that must appear among the scheduled kernels)
     "conv3x3": (lambda: _conv_model(16, 32, 3, 1, 1, 14), {"conv2d"}),
@@ -97,7 +108,33 @@ CASES = {
     "grouped": (lambda: _conv_model(32, 32, 3, 1, 4, 14, pool="global"), {"conv2d", "pool"}),
     "odd_channels": (lambda: _conv_model(3, 10, 3, 1, 1, 9), {"conv2d"}),
     "encoder": (_encoder_block, {"matmul", "reduction"}),
+    # widths that are not multiples of the vector lanes
+    "matmul_n3_tanh": (lambda: _matmul_model(2, 3, 3), set()),
+    "matmul_n7_sigmoid": (lambda: _matmul_model(5, 9, 7, "Sigmoid"), set()),
+    "matmul_n33_relu": (lambda: _matmul_model(3, 17, 33, "Relu"), set()),
 }
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(2, 3, 3), (2, 4, 5), (3, 16, 16), (4, 12, 33)])
+def test_rnn_step_kernel(m, k, n, tmp_path) -> None:
+    """tanh(squeeze(h) + x @ w): one RNN step, fused into one kernel whose epilogue reads a second input.
+
+    With n = 3 the 'pool' rule once vectorized the epilogue's loop, which was also the loop around the
+    matmul's serial reduction, and TVM lowered that to wrong values (regression test).
+    """
+    rng = np.random.default_rng(n)
+    w = numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Squeeze", ["h", "axes"], ["hs"]),
+             helper.make_node("Add", ["hs", "mm"], ["a"]),
+             helper.make_node("Tanh", ["a"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]),
+                           helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, m, n])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                   [w, numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    feeds = {"x": rng.standard_normal((m, k)).astype(np.float32), "h": rng.standard_normal((1, m, n)).astype(np.float32)}
+    result = forge.from_onnx(model).compile(target="host", output_path=tmp_path / "step")
+    assert_close(Engine(result.path).infer(feeds)[0], ort_run(model, feeds)[0])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -148,3 +185,22 @@ def test_neon_rules_schedule_an_aarch64_build(tmp_path) -> None:
     assert {"conv2d", "pool"} <= set(report["schedule_rules"].values())
     header = result.library.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_conv_transpose_after_nhwc_conv(tmp_path) -> None:
+    """Conv (converted to NHWC) feeding ConvTranspose (PP-OCR det's upsampling): the transpose conv stays
+    NCHW, the only layout TVM 0.27 can legalize, instead of reaching the VM unlowered."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal((8, 4, 2, 2)) / 4).astype(np.float32), "wt")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "wt"], ["u"], strides=[2, 2]),
+             helper.make_node("Sigmoid", ["u"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    result = forge.from_onnx(model).compile(target="host", output_path=tmp_path / "ct", export_metadata=True)
+    assert_close(Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0])
+    report = json.loads((result.path / "compile_report.json").read_text())
+    assert "conv2d" in set(report["schedule_rules"].values())

@@ -189,7 +189,10 @@ def NumpyFoldConstant(mod, _ctx):  # pylint: disable=invalid-name
 
 def to_nhwc():
     """Convert conv2d (and, by propagation, pooling / elementwise ops) to NHWC + HWIO."""
-    return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
+    # conv2d_transpose stays NCHW: its layout is otherwise inferred from the NHWC producer, and TVM
+    # 0.27 only legalizes NCHW conv2d_transpose (an NHWC one reaches the VM unlowered).
+    return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
+                                          "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
 
 
 def preprocess(use_nhwc=True):

@@ -50,6 +50,12 @@ def vectorize_inner(sch, block, lanes, max_vec=None):
     if not loops:
         return
     inner = loops[-1]
+    # After compute_at/reverse_compute_at the block's innermost loop may be a shared outer loop
+    # (e.g. the fused loop of a reduction and its epilogue). Vectorizing that loop would vectorize
+    # the sibling's serial reduction too, which TVM lowers to wrong code: only vectorize a loop
+    # that holds this block alone.
+    if len(sch.get_child_blocks(inner)) != 1:
+        return
     e = ext(sch, inner)
     if e is None or e <= 1:
         return
