@@ -261,6 +261,11 @@ def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fc
             "family": spec.family,
             "triple": spec.to_dict()["triple"],
             "arch": spec.arch,
+            # What the code was tuned for: LLVM CPU name and -mattr features of the CPU code, and the
+            # GPU architecture of the device kernels (None for CPU targets).
+            "cpu": spec.host_dict.get("mcpu"),
+            "features": list(spec.host_dict.get("mattr", [])),
+            "gpu_arch": spec.target.get("arch") if spec.kind == "cuda" else None,
             "toolchain": family.toolchain(spec),
             "compile_seconds": compile_seconds,
         },

@@ -63,3 +63,4 @@ def test_android_toolchain_metadata(ir, tmp_path) -> None:
     assert meta["triple"] == "aarch64-linux-android" and meta["family"] == "android"
     assert meta["toolchain"]["android_api"] == "21" and meta["toolchain"]["page_size"] == "16384"
     assert meta["toolchain"]["linker_version"]
+    assert meta["cpu"] == "cortex-a76" and "+dotprod" in meta["features"] and meta["gpu_arch"] is None

@@ -111,6 +111,8 @@ def test_jetson_library_is_aarch64_with_sm87_kernels(models, target, model, tmp_
     assert_compiled_kernels(result.library, 87)
     meta = result.metadata["build"]
     assert meta["arch"] == "aarch64" and meta["toolchain"]["linker"] == "aarch64-linux-gnu-g++"
+    assert meta["triple"] == "aarch64-linux-gnu" and meta["cpu"] == "cortex-a78" and meta["gpu_arch"] == "sm_87"
+    assert meta["toolchain"]["nvcc_version"] and meta["toolchain"]["linker_version"]
 
 
 def test_low_opt_levels_still_build_gpu_kernels(models, tmp_path) -> None:
