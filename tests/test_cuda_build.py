@@ -167,3 +167,25 @@ def test_missing_nvcc_is_one_line(convnet_path, tmp_path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "'nvcc' is not installed" in lines[0] and "nvidia-cuda-toolkit" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_devpack_rewrites_only_cuda_source_modules() -> None:
+    """The blob rewrite keeps other modules byte for byte and refuses a layout it does not know."""
+    from forgekit.devpack import compile_cuda_payloads
+    from forgekit.errors import CompileError
+
+    def s(b: bytes) -> bytes:
+        return struct.pack("<Q", len(b)) + b
+
+    source = b'extern "C" __global__ void k() {}'
+    fmap = struct.pack("<Q", 1) + s(b"k") + s(b"k") + struct.pack("<Q", 0) * 3
+    body = (struct.pack("<6Q", 3, 0, 1, 1, 1, 1) + s(b"relax.VMExecutable") + s(b"vm-bytes") + s(b"_lib")
+            + s(b"cuda") + s(s(b"cuda") + fmap + s(source)))
+    blob, count = compile_cuda_payloads(struct.pack("<Q", len(body)) + body, lambda src: b"FATBIN:" + src.encode())
+    assert count == 1
+    assert s(b"vm-bytes") in blob and s(s(b"fatbin") + fmap + s(b"FATBIN:" + source)) in blob
+    assert struct.unpack_from("<Q", blob)[0] == len(blob) - 8
+    again, count = compile_cuda_payloads(blob, lambda src: pytest.fail("compiled twice"))
+    assert count == 0 and again == blob
+    with pytest.raises(CompileError, match="blob layout"):
+        compile_cuda_payloads(b"\x00" * 16, lambda src: b"")
