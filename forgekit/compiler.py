@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import metadata as md
-from .errors import CompileError, OutputExistsError, UsageError
+from .errors import CompileError, ForgekitError, OutputExistsError, UsageError
 from .pipeline import BuildReport, build_executable, normalize_layout
 from .targets import get_family, parse_target
 
@@ -196,6 +196,17 @@ def _tuning_config(stack: contextlib.ExitStack, spec: Any, output: Path, trials:
     return TuningConfig(trials, folders, progress), staging
 
 
+def _export_options(spec: Any, opt_level: int) -> dict[str, Any]:
+    """Extra ``export_library`` arguments: CUDA targets pack their kernels compiled by nvcc."""
+    if spec.kind != "cuda":
+        return {}
+    from . import devpack, nvcc
+    from .targets.families.cuda import cuda_arch
+
+    arch, fast_math = cuda_arch(spec), opt_level >= 4
+    return {"fpack_imports": devpack.pack_imports(lambda source: nvcc.compile_fatbin(source, arch, fast_math))}
+
+
 def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fcompile: Any, executable: Any,
                     report: BuildReport, start: float, uuid: str | None, encrypt_password: str | None,
                     set_float16: bool, layout: str | None, opt_level: int, export_relay: bool,
@@ -204,10 +215,13 @@ def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fc
     library = tmp / md.LIBRARY_FILE
     t_export = time.perf_counter()
     try:
+        options = _export_options(spec, opt_level)
         if fcompile is None:
-            executable.export_library(str(library))
+            executable.export_library(str(library), **options)
         else:
-            executable.export_library(str(library), fcompile=fcompile)
+            executable.export_library(str(library), fcompile=fcompile, **options)
+    except ForgekitError:
+        raise
     except Exception as exc:  # the linker's output is long; its last line says what broke
         lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
         detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
@@ -247,6 +261,11 @@ def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fc
             "family": spec.family,
             "triple": spec.to_dict()["triple"],
             "arch": spec.arch,
+            # What the code was tuned for: LLVM CPU name and -mattr features of the CPU code, and the
+            # GPU architecture of the device kernels (None for CPU targets).
+            "cpu": spec.host_dict.get("mcpu"),
+            "features": list(spec.host_dict.get("mattr", [])),
+            "gpu_arch": spec.target.get("arch") if spec.kind == "cuda" else None,
             "toolchain": family.toolchain(spec),
             "compile_seconds": compile_seconds,
         },

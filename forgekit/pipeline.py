@@ -188,7 +188,8 @@ def lowering_pipeline(opt_level: int, target: Any, spec: TargetSpec | None = Non
 
     From level 3 on CPU targets: :func:`forgekit.schedules.cpu_pipeline` (NHWC, packed weights and a
     scheduled loop nest for every fused kernel — without it TVM's CPU output is 10-40x slower than
-    onnxruntime).  Level 2 (and GPUs): TVM's default pipeline with fusion.  Below: unfused.
+    onnxruntime).  Level 2 (and GPUs): TVM's default pipeline with fusion (DLight schedules on GPUs).
+    Below: unfused (on GPUs still DLight-scheduled, see :func:`gpu_unfused_pipeline`).
     """
     from tvm import relax
 
@@ -198,7 +199,30 @@ def lowering_pipeline(opt_level: int, target: Any, spec: TargetSpec | None = Non
         return schedules.cpu_pipeline(target)
     if opt_level >= 2:
         return relax.get_default_pipeline(target)
+    if spec is not None and spec.kind == "cuda":
+        return gpu_unfused_pipeline(target)
     return relax.get_pipeline("default_build")
+
+
+def gpu_unfused_pipeline(target: Any) -> Any:
+    """TVM's CUDA pipeline without FuseOps/FuseTIR (levels 0-1 on GPUs).
+
+    ``default_build`` schedules nothing, so on a GPU target every kernel would stay a host loop nest
+    that reads device memory; DLight's default GPU rules bind each operator to blocks and threads.
+    """
+    import tvm
+    from tvm.relax.backend.cuda import pipeline as cuda
+
+    legalize = [p for p in cuda.legalize_passes(target) if p.info.name not in ("FuseOps", "FuseTIR")]
+
+    @tvm.transform.module_pass(opt_level=0, name="ForgekitGpuUnfused")
+    def unfused(mod: Any, _ctx: Any) -> Any:
+        with target:
+            passes = (cuda.library_dispatch_passes(target) + legalize + cuda.dataflow_lower_passes(target)
+                      + cuda.finalize_passes(target))
+            return tvm.transform.Sequential(passes)(mod)
+
+    return unfused
 
 
 def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
@@ -208,6 +232,18 @@ def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
 
         spec = replace(spec, target={**spec.target, "fast-math": True})
     return spec.tvm_target()
+
+
+def _device_compiler(spec: TargetSpec, opt_level: int) -> Any:
+    """CUDA targets: nvcc compiles the kernels while TVM builds (see :mod:`forgekit.nvcc`)."""
+    import contextlib
+
+    if spec.kind != "cuda":
+        return contextlib.nullcontext()
+    from . import nvcc
+    from .targets.families.cuda import cuda_arch
+
+    return nvcc.scoped_compile_callback(cuda_arch(spec), fast_math=opt_level >= 4)
 
 
 def build_executable(ir: IRModule, spec: TargetSpec, *, opt_level: int = 3, float16: bool = False,
@@ -254,7 +290,7 @@ def build_executable(ir: IRModule, spec: TargetSpec, *, opt_level: int = 3, floa
             report.tuning = {**(report.tuning or {"trials": 0}), "records_used": len(records)}
             pipeline = schedules.cpu_pipeline(target, database=records)
         start = time.perf_counter()
-        with target:
+        with target, _device_compiler(spec, opt_level):
             executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         report.seconds["lower_and_codegen"] = round(time.perf_counter() - start, 3)
         if scheduled:

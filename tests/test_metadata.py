@@ -25,11 +25,30 @@ CONTEXT = {
     "build": {
         "opt_level": 3, "float16": False, "target": {"kind": "llvm", "mcpu": "znver4"},
         "host": {"kind": "llvm", "mcpu": "znver4"}, "target_name": "x86/znver4", "family": "x86",
-        "triple": "x86_64-linux-gnu", "arch": "x86_64", "toolchain": {"linker": "g++", "linker_version": "g++ 12"},
+        "triple": "x86_64-linux-gnu", "arch": "x86_64", "cpu": "znver4", "features": [], "gpu_arch": None,
+        "toolchain": {"linker": "g++", "linker_version": "g++ 12"},
         "compile_seconds": 1.5,
     },
     "versions": {"forgekit": "0.1.0", "tvm": "0.27.0.post1", "tvm_ffi": "0.1.14.post0", "onnx": "1.20.0"},
 }
+
+
+CUDA_BUILD = {
+    **CONTEXT["build"], "target": {"kind": "cuda", "arch": "sm_87"},
+    "host": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a78", "mattr": ["+neon", "+dotprod"]},
+    "target_name": "jetson/orin", "family": "cuda", "triple": "aarch64-linux-gnu", "arch": "aarch64",
+    "cpu": "cortex-a78", "features": ["+neon", "+dotprod"], "gpu_arch": "sm_87",
+    "toolchain": {"linker": "aarch64-linux-gnu-g++", "linker_version": "aarch64-linux-gnu-g++ 12",
+                  "nvcc": "/usr/local/bin/nvcc", "nvcc_version": "13.0", "cuda_arch": "sm_87",
+                  "device_code": "fatbin"},
+}
+
+
+def test_cuda_rendering_matches_golden_file() -> None:
+    """A Jetson build records host CPU and features, the GPU arch and the nvcc that built the kernels."""
+    text = md.render_metadata(**{**CONTEXT, "build": CUDA_BUILD})
+    golden = GOLDEN.parent / "metadata_cuda.json"
+    assert text == golden.read_text(), "metadata layout changed: update tests/golden/metadata_cuda.json on purpose"
 
 
 def test_rendering_matches_golden_file() -> None:
