@@ -87,8 +87,8 @@ class _Artifact:
 
 
 def sanitize(text: str) -> str:
-    """A file-name-safe form: runs of characters outside ``[A-Za-z0-9._-]`` become one ``-``."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
+    """A file-name-safe form: runs of characters outside ``[A-Za-z0-9._-]`` (and of ``-``) become one ``-``."""
+    return re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", text)).strip("-._")
 
 
 def parse_version(version: str) -> str:
