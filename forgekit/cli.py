@@ -509,6 +509,37 @@ def bench(
         Path(markdown_out).write_text(markdown_table([(Path(artifact).name, result)]))
 
 
+# --------------------------------------------------------------------------- publish
+@app.command()
+@_command
+def publish(
+    artifacts: Annotated[list[str], typer.Argument(help="Artifact directories of one model, one per target.")],
+    version: Annotated[str, typer.Option("--version", help="Release version, semver-like (1.2.0, v1.2.0-rc.1).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the archives (DIST).")],
+    include_key: Annotated[bool, typer.Option("--include-key", help="Also ship modelKey.bin of encrypted artifacts "
+                                              "(an error when none is encrypted).")] = False,
+    bench: Annotated[Optional[list[str]], typer.Option("--bench", help="A 'forgekit bench --json' result; its "
+                                                       "target picks the bundle (repeatable).")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Model name in file names (default: the ONNX "
+                                                "file name).")] = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Replace an existing output directory.")] = False,
+    json_out: Annotated[Optional[str], typer.Option("--json", help="Also write what was published as JSON here.")] = None,
+) -> None:
+    """Package artifacts as versioned, reproducible .tar.gz bundles with a model card, notes and SHA256SUMS."""
+    from .publish import publish as publish_artifacts
+
+    result = publish_artifacts(artifacts, version, output, include_key=include_key, force=force, bench=bench,
+                               name=name)
+    for bundle in result.bundles:
+        print(f"{bundle.archive}  sha256 {bundle.sha256}  ({bundle.target}, latency "
+              f"{'measured' if bundle.latency_measured else 'not measured'})")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"release notes: {result.release_notes}")
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+
+
 # --------------------------------------------------------------------------- targets
 @app.command()
 @_command

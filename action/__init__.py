@@ -1,0 +1,1 @@
+"""Entry code of the forgekit GitHub Action (``action.yml``): see :mod:`action.main`."""
