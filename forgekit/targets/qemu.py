@@ -143,9 +143,9 @@ def ensure_rootfs(arch: str = "aarch64", log: Callable | None = None) -> Path:
     final = rootfs_path(arch)
     if (final / _STAMP).is_file():
         return final
-    _require_root(f"Building the {g.debian} rootfs")
     debootstrap = require("debootstrap", "debootstrap")
     qemu = _qemu(g)
+    _require_root(f"Building the {g.debian} rootfs")
     ensure_binfmt(g)
     final.parent.mkdir(parents=True, exist_ok=True)
     with _lock(final.parent / f".{final.name}.lock"):
