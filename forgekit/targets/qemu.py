@@ -46,6 +46,7 @@ PYTHON_VERSION = "3.11"
 #: Where bookworm's python3 looks for locally installed packages.
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 _STAMP = ".forgekit-rootfs.json"
+_GLIBC_MINOR = 36  # bookworm's glibc
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,17 @@ class GuestArch:
     debian: str  # Debian architecture for debootstrap
     qemu: str  # the qemu-user-static binary
     binfmt: str  # name of qemu's binfmt_misc entry
-    platform: str  # pip --platform tag of the wheels
+    platform: str  # pip --platform tag of the wheels: manylinux_2_<glibc minor>_<machine>
+
+    def platforms(self) -> list[str]:
+        """Every manylinux tag the guest's glibc (bookworm: 2.36) runs, newest first: pip does not infer
+        the older ones from the newest (cffi, for one, only ships manylinux_2_17 wheels)."""
+        machine = self.platform.split("_", 3)[3]
+        return [f"manylinux_2_{minor}_{machine}" for minor in range(_GLIBC_MINOR, 16, -1)] + [f"manylinux2014_{machine}"]
 
 
 GUESTS = {
-    "aarch64": GuestArch("aarch64", "arm64", "qemu-aarch64-static", "qemu-aarch64", "manylinux_2_28_aarch64"),
+    "aarch64": GuestArch("aarch64", "arm64", "qemu-aarch64-static", "qemu-aarch64", "manylinux_2_36_aarch64"),
 }
 
 
@@ -152,6 +159,9 @@ def ensure_rootfs(arch: str = "aarch64", log: Callable | None = None) -> Path:
         if (final / _STAMP).is_file():  # another process built it while we waited
             return final
         say = log or (lambda message: None)
+        for stale in final.parent.glob(f".{final.name}.*.tmp"):  # an interrupted build's (we hold the lock)
+            _unmount_below(stale)
+            shutil.rmtree(stale, ignore_errors=True)
         start = time.monotonic()
         wheels = _wheelhouse(g, say)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
@@ -179,13 +189,13 @@ def _build(g: GuestArch, root: Path, debootstrap: str, qemu: str, wheels: Path, 
     # binfmt; with binfmt's F flag the kernel already holds the host's copy open.
     shutil.copy2(qemu, root / "usr" / "bin" / Path(qemu).name)
     say("debootstrap second stage (under qemu)")
-    _run(["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"], "debootstrap (second stage)")
+    _run([require("chroot", "coreutils"), str(root), "/debootstrap/debootstrap", "--second-stage"], "debootstrap (second stage)")
     say("installing the runtime wheels")
     # pip runs on the host (pip inside the chroot would be slow under qemu, and would have to verify
     # this network's TLS): --platform/--python-version pick the guest's wheels, --target puts them where
     # the guest's python3 looks.
     _run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
-          "--find-links", str(wheels), "--only-binary=:all:", "--platform", g.platform,
+          "--find-links", str(wheels), "--only-binary=:all:", *_platform_args(g),
           "--python-version", PYTHON_VERSION, "--implementation", "cp", "--target", str(root / SITE_PACKAGES),
           *wheel_requirements()], "pip install (guest wheels)")
     for leftover in (root / "var" / "cache" / "apt" / "archives").glob("*.deb"):
@@ -204,7 +214,7 @@ def _wheelhouse(g: GuestArch, say: Callable) -> Path:
     house = cache_dir() / f"wheels-{g.arch}"
     house.mkdir(parents=True, exist_ok=True)
     say(f"downloading {g.arch} wheels into {house}")
-    _run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--platform", g.platform,
+    _run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", *_platform_args(g),
           "--python-version", PYTHON_VERSION, "--implementation", "cp", "-d", str(house), *wheel_requirements()],
          "pip download (guest wheels)")
     return house
@@ -216,8 +226,13 @@ def run_in_rootfs(root: Path, g: GuestArch, argv: Sequence[str], timeout: float,
     _require_root(f"Running {g.arch} code in the rootfs")
     qemu = f"/usr/bin/{g.qemu}"
     full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", **(env or {})}
-    return subprocess.run(["chroot", str(root), qemu, *argv], capture_output=True, text=True, timeout=timeout,
+    chroot = require("chroot", "coreutils")  # looked up on the host's PATH, not the guest's
+    return subprocess.run([chroot, str(root), qemu, *argv], capture_output=True, text=True, timeout=timeout,
                           env=full_env, check=False)
+
+
+def _platform_args(g: GuestArch) -> list[str]:
+    return [arg for tag in g.platforms() for arg in ("--platform", tag)]
 
 
 def _run(argv: Sequence[str], what: str) -> None:
