@@ -16,6 +16,8 @@ import time
 
 def main(argv: list[str]) -> int:
     """Entry point; returns the process exit status."""
+    # tvm_ffi imports torch whenever it is installed; a deployed runtime has none, and it costs seconds.
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
     import numpy as np
 
     from forgekit.errors import ForgekitError
