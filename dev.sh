@@ -9,8 +9,10 @@ cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
-# The tests also link real aarch64 and Android artifacts: the GNU cross toolchain, clang and lld come from Debian.
-TEST_APT_PACKAGES=(g++-aarch64-linux-gnu clang lld)
+# The tests also link real aarch64 and Android artifacts (GNU cross toolchain; clang and lld) and run
+# aarch64 ones under qemu in an arm64 Debian chroot that forgekit builds with debootstrap
+# (qemu-user-static + binfmt-support run its arm64 binaries): all from Debian.
+TEST_APT_PACKAGES=(g++-aarch64-linux-gnu clang lld qemu-user-static binfmt-support debootstrap)
 # Pretrained, real-world ONNX models (PP-OCRv4 det/rec, PP-OCR cls) for the import tests.
 TEST_MODELS_WHEEL="rapidocr-onnxruntime==1.4.4"
 
@@ -33,8 +35,10 @@ system_deps() {
   command -v g++ >/dev/null || missing+=(g++)
   "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
   if [ "${WITH_TEST_TOOLS:-0}" = 1 ]; then
-    command -v aarch64-linux-gnu-g++ >/dev/null && command -v clang >/dev/null && command -v ld.lld >/dev/null \
-      || missing+=("${TEST_APT_PACKAGES[@]}")
+    local pkg
+    for pkg in "${TEST_APT_PACKAGES[@]}"; do
+      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
   fi
   if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
 }

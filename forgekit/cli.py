@@ -540,6 +540,40 @@ def publish(
         Path(json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
 
 
+# --------------------------------------------------------------------------- verify
+@app.command()
+@_command
+def verify(
+    artifact: Annotated[str, typer.Argument(help="Artifact directory.")],
+    onnx_model: Annotated[str, typer.Option("--onnx", help="The ONNX model (or sample:NAME) it was compiled from.")],
+    rtol: Annotated[float, typer.Option("--rtol", min=0, help="Relative tolerance.")] = 1e-3,
+    atol: Annotated[float, typer.Option("--atol", min=0, help="Absolute tolerance, times max|reference|.")] = 1e-4,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    json_out: Annotated[Optional[str], typer.Option("--json", help="Also write the result as JSON here.")] = None,
+    key: Annotated[Optional[str], typer.Option("--key", help="Key file of an encrypted artifact.")] = None,
+    password_file: PasswordFileOpt = None,
+) -> None:
+    """Run an artifact on its own CPU architecture (aarch64 under qemu) and compare with onnxruntime.
+
+    Exits 13 when an output differs beyond the tolerances."""
+    from . import crypto
+    from .runtime import _resolve
+    from .samples import resolve
+    from .verify import verify_artifact
+
+    password = _password(password_file) if crypto.is_encrypted(_resolve(Path(artifact))[0]) else None
+    result = verify_artifact(artifact, resolve(onnx_model), rtol=rtol, atol=atol, seed=seed, key_path=key,
+                             password=password, log=lambda line: print(f"verify: {line}", file=sys.stderr))
+    for output in result.outputs:
+        print(output.line())
+    print(f"ran {result.target or result.arch} artifact {result.runner} in {result.run_seconds:.1f} s "
+          f"(inference {result.infer_ms:.1f} ms); reference onnxruntime on this host, seed {seed}")
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    result.check()
+    print("verified: outputs match onnxruntime")
+
+
 # --------------------------------------------------------------------------- targets
 @app.command()
 @_command

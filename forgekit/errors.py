@@ -91,3 +91,9 @@ class NotAvailableError(ForgekitError):
     """The feature exists in the API but is not available in this build or on this machine."""
 
     exit_code = 12
+
+
+class VerificationError(ForgekitError):
+    """An artifact's outputs differ from onnxruntime's on the same inputs, or it failed to run on its target."""
+
+    exit_code = 13

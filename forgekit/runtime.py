@@ -203,20 +203,7 @@ class Engine:
 
     def example_inputs(self, random: bool = True, seed: int = 0) -> list[np.ndarray]:
         """Inputs matching the metadata (symbolic dims set to 1): random in [0, 1) or zeros."""
-        rng = np.random.default_rng(seed)
-        out = []
-        for spec in self._inputs:
-            shape = tuple(d if isinstance(d, int) else 1 for d in spec["shape"])
-            dtype = np.dtype(spec["dtype"])
-            if not random:
-                out.append(np.zeros(shape, dtype))
-            elif dtype.kind == "f":
-                out.append(rng.random(shape, dtype=np.float32).astype(dtype))
-            elif dtype.kind == "b" or "mask" in spec["name"].lower():  # attention masks are 0/1
-                out.append(rng.integers(0, 2, shape).astype(dtype))
-            else:
-                out.append(rng.integers(0, 10, shape).astype(dtype))
-        return out
+        return example_inputs(self._inputs, random=random, seed=seed)
 
     def benchmark(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> dict[str, float]:
         """Time ``n`` runs after ``warmup`` runs; returns milliseconds (median, p90, mean, min) and throughput."""
@@ -239,6 +226,26 @@ class Engine:
         return {"runs": n, "median_ms": median, "p90_ms": times[min(n - 1, int(round(0.9 * (n - 1))))],
                 "mean_ms": statistics.fmean(times), "min_ms": times[0],
                 "throughput_per_s": 1e3 / median if median > 0 else float("inf")}
+
+
+def example_inputs(specs: Sequence[Mapping[str, Any]], random: bool = True, seed: int = 0) -> list[np.ndarray]:
+    """Inputs for metadata tensor specs (``{"name", "shape", "dtype"}``; symbolic dims set to 1): random
+    (floats in [0, 1), 0/1 for masks and booleans, integers in [0, 10)) or zeros.  A function of the
+    metadata alone, so inputs can be made for an artifact this machine cannot load."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for spec in specs:
+        shape = tuple(d if isinstance(d, int) else 1 for d in spec["shape"])
+        dtype = np.dtype(spec["dtype"])
+        if not random:
+            out.append(np.zeros(shape, dtype))
+        elif dtype.kind == "f":
+            out.append(rng.random(shape, dtype=np.float32).astype(dtype))
+        elif dtype.kind == "b" or "mask" in spec["name"].lower():  # attention masks are 0/1
+            out.append(rng.integers(0, 2, shape).astype(dtype))
+        else:
+            out.append(rng.integers(0, 10, shape).astype(dtype))
+    return out
 
 
 def _flatten(result: Any) -> list[np.ndarray]:
