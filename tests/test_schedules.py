@@ -204,3 +204,21 @@ def test_conv_transpose_after_nhwc_conv(tmp_path) -> None:
     assert_close(Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0])
     report = json.loads((result.path / "compile_report.json").read_text())
     assert "conv2d" in set(report["schedule_rules"].values())
+
+
+def test_squeeze_with_negative_axes_after_nhwc_conv(tmp_path) -> None:
+    """Conv -> GlobalAveragePool -> Squeeze(axes=[-1, -2]) (a classifier head as torch's dynamo exporter
+    writes it): TVM 0.27's ConvertLayout dies with std::bad_alloc on negative squeeze axes, so forgekit
+    makes them positive before the NHWC conversion."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([-1, -2], dtype=np.int64), "axes")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Squeeze", ["g", "axes"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    result = forge.from_onnx(model).compile(target="host", output_path=tmp_path / "sq")
+    assert_close(Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0])

