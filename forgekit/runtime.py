@@ -104,14 +104,7 @@ class Engine:
 
         self.encrypted = crypto.is_encrypted(library)
         if self.encrypted:
-            if key_path is None and (library.parent / "modelKey.bin").exists():
-                key_path = str(library.parent / "modelKey.bin")
-            if password is None:
-                password = os.environ.get(crypto.DEFAULT_PASSWORD_ENV)
-            if key_path is None or password is None:
-                raise crypto.KeyRequiredError("Model looks encrypted but no key provided: pass the key file "
-                                              "(--key modelKey.bin) and the password (FORGEKIT_ENCRYPT_PASSWORD "
-                                              "or --password-file).")
+            key_path, password = crypto.artifact_key(library, key_path, password)
             module = crypto.load_encrypted_module(library, key_path, password)
         try:
             if not self.encrypted:

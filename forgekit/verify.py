@@ -215,14 +215,7 @@ def _stage_artifact(library: Path, meta_path: Path, dest: Path, key_path: str | 
     if not crypto.is_encrypted(library):
         shutil.copy2(library, dest / LIBRARY_FILE)
         return
-    if key_path is None and (library.parent / "modelKey.bin").exists():
-        key_path = str(library.parent / "modelKey.bin")
-    if password is None:
-        password = os.environ.get(crypto.DEFAULT_PASSWORD_ENV)
-    if key_path is None or password is None:
-        raise crypto.KeyRequiredError("Model looks encrypted but no key provided: pass the key file "
-                                      "(--key modelKey.bin) and the password (FORGEKIT_ENCRYPT_PASSWORD "
-                                      "or --password-file).")
+    key_path, password = crypto.artifact_key(library, key_path, password)
     crypto.decrypt_library(library, key_path, password, dest / LIBRARY_FILE)
 
 

@@ -37,7 +37,7 @@ from .errors import (
 )
 from .format import DEFAULT_CHUNK_SIZE, DEFAULT_KDF_N, DEFAULT_KDF_P, DEFAULT_KDF_R, FORMAT_VERSION
 from .memload import load_encrypted_module, load_module_from_memory
-from .password import DEFAULT_PASSWORD_ENV, password_from_env_or_file
+from .password import DEFAULT_PASSWORD_ENV, artifact_key, password_from_env_or_file
 
 __all__ = [
     "encrypt_library",
@@ -50,6 +50,7 @@ __all__ = [
     "load_module_from_memory",
     "load_encrypted_module",
     "password_from_env_or_file",
+    "artifact_key",
     "DEFAULT_PASSWORD_ENV",
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_KDF_N",

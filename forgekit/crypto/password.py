@@ -85,3 +85,21 @@ def password_from_env_or_file(password_file: str | os.PathLike[str] | None = Non
         return password
     raise KeyRequiredError(f"No password given: set {env or DEFAULT_PASSWORD_ENV} or pass --password-file "
                            f"(passwords are never taken from the command line).")
+
+
+def artifact_key(library: str | os.PathLike[str], key_path: str | os.PathLike[str] | None,
+                 password: str | None) -> tuple[str, str]:
+    """The key file and password that open an encrypted artifact's library.
+
+    Defaults: ``modelKey.bin`` next to the library, the password from ``FORGEKIT_ENCRYPT_PASSWORD``.
+    Raises :class:`KeyRequiredError` (one line, saying what to pass) when either is missing.
+    """
+    default_key = Path(library).parent / "modelKey.bin"
+    if key_path is None and default_key.exists():
+        key_path = default_key
+    if password is None:
+        password = os.environ.get(DEFAULT_PASSWORD_ENV)
+    if key_path is None or password is None:
+        raise KeyRequiredError("Model looks encrypted but no key provided: pass the key file (--key modelKey.bin) "
+                               f"and the password ({DEFAULT_PASSWORD_ENV} or --password-file).")
+    return str(key_path), password
