@@ -42,6 +42,10 @@ APT_PACKAGES = ("python3",)
 #: Host-installed distributions whose exact versions go into the rootfs (forgekit.runtime imports
 #: numpy and tvm_ffi, loads libtvm_runtime.so from the apache-tvm wheel, and imports forgekit.crypto).
 WHEEL_DISTRIBUTIONS = ("apache-tvm", "apache-tvm-ffi", "numpy", "cryptography")
+#: Guest-only packages, pinned here since the host need not have them: TVM's RPC server
+#: (``python3 -m tvm.exec.rpc_server``, see :mod:`forgekit.rpc`) ships its session loop to a worker
+#: process with cloudpickle, which the apache-tvm wheel does not declare.
+GUEST_ONLY = ("cloudpickle==3.1.1",)
 PYTHON_VERSION = "3.11"
 #: Where bookworm's python3 looks for locally installed packages.
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
@@ -89,14 +93,15 @@ def cache_dir() -> Path:
 
 
 def wheel_requirements() -> list[str]:
-    """``name==version`` of each runtime distribution, pinned to what the host has installed."""
+    """``name==version`` of each runtime distribution, pinned to what the host has installed, plus the
+    guest-only packages (:data:`GUEST_ONLY`)."""
     out = []
     for dist in WHEEL_DISTRIBUTIONS:
         try:
             out.append(f"{dist}=={importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
             raise ToolchainError(f"'{dist}' is not installed on this machine: reinstall forgekit.") from None
-    return out
+    return out + list(GUEST_ONLY)
 
 
 def recipe_key(g: GuestArch) -> str:
