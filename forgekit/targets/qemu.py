@@ -228,12 +228,20 @@ def _wheelhouse(g: GuestArch, say: Callable) -> Path:
 def run_in_rootfs(root: Path, g: GuestArch, argv: Sequence[str], timeout: float,
                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` (guest paths) in the chroot through qemu, explicitly, so binfmt is not needed."""
+    command, full_env = rootfs_command(root, g, argv, env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, check=False)
+
+
+def rootfs_command(root: Path, g: GuestArch, argv: Sequence[str],
+                   env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The host command line and environment that run ``argv`` (guest paths) in the chroot through qemu,
+    for callers that start a long-lived guest process themselves (e.g. a TVM RPC server).  The chroot
+    shares the host's network namespace, so a guest server on 127.0.0.1 is reachable from the host."""
     _require_root(f"Running {g.arch} code in the rootfs")
     qemu = f"/usr/bin/{g.qemu}"
     full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", **(env or {})}
     chroot = require("chroot", "coreutils")  # looked up on the host's PATH, not the guest's
-    return subprocess.run([chroot, str(root), qemu, *argv], capture_output=True, text=True, timeout=timeout,
-                          env=full_env, check=False)
+    return [chroot, str(root), qemu, *argv], full_env
 
 
 def _platform_args(g: GuestArch) -> list[str]:
