@@ -10,6 +10,7 @@ nothing about the board.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -20,7 +21,7 @@ import numpy as np
 
 from .errors import ArtifactError, RPCError
 from .metadata import LIBRARY_FILE
-from .rpc import RpcConfig, check_arch, connect, load_library
+from .rpc import RpcConfig, check_arch, connect, load_library  # noqa: F401 - RpcConfig in annotations
 
 
 def _flatten(value: Any) -> list[Any]:
@@ -38,9 +39,6 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: RpcConfig, onnx_m
                      rtol: float = 1e-3, atol: float = 1e-4) -> Any:
     """Time ``artifact`` on the RPC device of ``config``; returns a :class:`forgekit.bench.BenchResult`
     whose ``extra["rpc"]`` says where it ran (``onnxruntime`` is None: only its outputs are used)."""
-    import tvm
-    from tvm.runtime.vm import VirtualMachine
-
     from .bench import BenchResult, Timing, _stats
     from .runtime import _resolve, example_inputs
     from .verify import _stage_artifact, compare
@@ -57,26 +55,14 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: RpcConfig, onnx_m
     with tempfile.TemporaryDirectory(prefix="forgekit-rpc-") as tmp:
         # the same staging as verify: a decrypted copy of an encrypted library, a plain copy otherwise
         _stage_artifact(library, meta_path, Path(tmp) / "artifact", key_path, password)
-        session = connect(config)
-        remote = check_arch(session, build.get("arch", ""), f"'{artifact}'", config)
-        module = load_library(session, Path(tmp) / "artifact" / LIBRARY_FILE, config)
-    dev = session.cpu(0)
-    try:
-        vm = VirtualMachine(module, dev)
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        vm.set_input("main", *args)
-        for _ in range(max(warmup, 1)):  # at least once: the outputs are read from this run
-            vm.invoke_stateful("main")
-        outputs = [o.numpy() for o in _flatten(vm.get_outputs("main"))]
-        # number=1: one sample per run, like the local bench (time_evaluator adds one untimed call)
-        timer = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=runs)
-        seconds = list(timer("main").results)
-    except RPCError:
-        raise
-    except Exception as exc:
-        from .rpc import _first_line
-
-        raise RPCError(f"Running '{artifact}' on the RPC device ({config.describe()}) failed: {_first_line(exc)}") from None
+        failure, (remote, outputs, seconds) = _run_remote(Path(tmp) / "artifact" / LIBRARY_FILE, build.get("arch", ""),
+                                                          str(artifact), config, inputs, runs, warmup)
+    # The board serves one session at a time: the session must be gone before anything else asks for it.
+    # Every remote handle lived in _run_remote's frame (not in a traceback kept by the raise below); the
+    # collection frees any cycle that still holds one.
+    gc.collect()
+    if failure is not None:
+        raise failure
     result = BenchResult(artifact=str(artifact), threads=0, forgekit=Timing(**_stats([s * 1e3 for s in seconds])),
                          compile_seconds=build.get("compile_seconds"), target=build.get("target_name"))
     result.extra["rpc"] = {"device": config.describe(), "remote_arch": remote}
@@ -90,6 +76,40 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: RpcConfig, onnx_m
         result.output_scale = worst.tolerance / atol if atol else None
         result.outputs_match = all(c.ok for c in checks)
     return result
+
+
+def _run_remote(library: Path, arch: str, artifact: str, config: RpcConfig, inputs: list[np.ndarray], runs: int,
+                warmup: int) -> tuple[Exception | None, tuple[Any, Any, Any]]:
+    """Connect, load, run and time on the device: (error or None, (remote arch, outputs, run seconds)).
+    Errors are returned, not raised, so no traceback keeps the session alive after this returns."""
+    import tvm
+    from tvm.runtime.vm import VirtualMachine
+
+    from .rpc import _first_line
+
+    session = module = vm = args = timer = dev = None
+    try:
+        session = connect(config)
+        remote = check_arch(session, arch, f"'{artifact}'", config)
+        module = load_library(session, library, config)
+        dev = session.cpu(0)
+        vm = VirtualMachine(module, dev)
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        vm.set_input("main", *args)
+        for _ in range(max(warmup, 1)):  # at least once: the outputs are read from this run
+            vm.invoke_stateful("main")
+        outputs = [o.numpy() for o in _flatten(vm.get_outputs("main"))]
+        # number=1: one sample per run, like the local bench (time_evaluator adds one untimed call)
+        timer = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=runs)
+        seconds = [float(s) for s in timer("main").results]
+        return None, (remote, outputs, seconds)
+    except RPCError as exc:
+        return RPCError(str(exc)), (None, None, None)
+    except Exception as exc:
+        return (RPCError(f"Running '{artifact}' on the RPC device ({config.describe()}) failed: {_first_line(exc)}"),
+                (None, None, None))
+    finally:
+        session = module = vm = args = timer = dev = None
 
 
 def _reference(onnx_model: str, model: dict[str, Any], inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -68,7 +68,10 @@ class RemoteMeasure:
 
     def close(self) -> None:
         """Drop the session (the server then deletes what was uploaded) and the local build folder."""
-        self.session = None
+        import gc
+
+        self.session = self.dev = None
+        gc.collect()  # a board serves one session at a time: free it now, not whenever a cycle is collected
         self._tmp.cleanup()
 
     def __enter__(self) -> RemoteMeasure:

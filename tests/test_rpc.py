@@ -30,7 +30,7 @@ from forgekit.errors import RPCError, UsageError
 from forgekit.rpc import RpcConfig, registered_keys
 from forgekit.runtime import Engine
 
-from conftest import assert_close, make_convnet, ort_run, run_cli
+from conftest import assert_close, make_convnet, make_two_output_model, ort_run, run_cli
 
 HAS_CROSS = shutil.which("aarch64-linux-gnu-g++") is not None
 CAN_EMULATE = HAS_CROSS and os.geteuid() == 0 and all(shutil.which(t) for t in ("debootstrap", "qemu-aarch64-static"))
@@ -148,6 +148,15 @@ def test_bench_over_tracker_matches_onnxruntime(x86_server: str, host_artifact: 
     assert result.onnxruntime is None  # onnxruntime on this machine says nothing about the board's speed
     assert result.extra["rpc"] == {"device": f"key '{X86_KEY}' at tracker {x86_server}",
                                    "remote_arch": os.uname().machine}
+
+
+def test_bench_two_inputs_two_outputs(x86_server: str, tmp_path: Path) -> None:
+    """Every output is fetched from the device and compared (the VM returns a tuple)."""
+    onnx.save(make_two_output_model(), tmp_path / "two.onnx")
+    forgekit.from_onnx(tmp_path / "two.onnx").compile(target="host", output_path=tmp_path / "two")
+    result = benchmark_artifact(tmp_path / "two", tmp_path / "two.onnx", runs=2, warmup=0, rpc_tracker=x86_server,
+                                rpc_key=X86_KEY)
+    assert result.outputs_match is True and result.max_abs_error < 1e-6
 
 
 def test_cli_bench_direct_server_and_encrypted(tmp_path: Path, model_dir: Path) -> None:
