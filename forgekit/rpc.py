@@ -15,6 +15,7 @@ summary first.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,13 +33,15 @@ class RpcConfig:
     """Where the remote device is: a tracker and a key, or one server (``host``) directly.
 
     ``wait`` is how long to wait for a server with ``key`` to be registered at the tracker (a board that
-    is still starting), in seconds.
+    is still starting), ``busy_wait`` how long to queue for one when all of them are in other sessions,
+    in seconds.
     """
 
     tracker: str | None = None
     key: str | None = None
     host: str | None = None
     wait: float = 30.0
+    busy_wait: float = 600.0
 
     @classmethod
     def from_options(cls, tracker: str | None = None, key: str | None = None, host: str | None = None,
@@ -104,11 +107,31 @@ def connect(config: RpcConfig) -> Any:
     except Exception as exc:
         raise RPCError(f"{host}:{port} is not a TVM RPC tracker: {_first_line(exc)}") from None
     _wait_for_key(tracker, config, host, port)
-    try:
-        return tracker.request(config.key, max_retry=2)
-    except Exception as exc:
+    return _request(tracker, config, host, port)
+
+
+def _request(tracker: Any, config: RpcConfig, host: str, port: int) -> Any:
+    """``tracker.request(key)`` with a deadline: the tracker queues the request until a server of the
+    key is free, which never happens when the only board is stuck in another session."""
+    outcome: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            outcome["session"] = tracker.request(config.key, max_retry=1)
+        except Exception as exc:  # noqa: BLE001 - reported below as one line
+            outcome["error"] = _first_line(exc)
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(config.busy_wait)
+    if worker.is_alive():
+        tracker.close()  # drops the queued request at the tracker and unblocks the thread
+        raise RPCError(f"Every RPC server with key '{config.key}' at the tracker {host}:{port} stayed busy for "
+                       f"{config.busy_wait:.0f} s: wait for the other sessions to end or add boards.")
+    if "error" in outcome:
         raise RPCError(f"The tracker at {host}:{port} could not open a session with key '{config.key}': "
-                       f"{_first_line(exc)}") from None
+                       f"{outcome['error']}")
+    return outcome["session"]
 
 
 def registered_keys(tracker: Any) -> dict[str, int]:
@@ -150,7 +173,7 @@ def check_arch(session: Any, arch: str, what: str, config: RpcConfig) -> str | N
     remote = remote_arch(session)
     if remote is not None and arch and remote != arch and not (arch == "arm" and remote.startswith(("arm", "thumb"))):
         raise RPCError(f"The RPC device ({config.describe()}) is {remote} but {what} is built for {arch}: use a "
-                       f"server of that architecture or compile for a {remote} target.")
+                       f"server of that architecture or compile for a target of the {remote} CPU.")
     return remote
 
 

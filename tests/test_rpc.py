@@ -207,6 +207,26 @@ def test_no_server_with_key(x86_server: str, host_artifact: Path) -> None:
         benchmark_remote(host_artifact, RpcConfig(tracker=x86_server, key="nosuchboard", wait=1))
 
 
+def test_all_servers_busy_is_one_line(x86_server: str, host_artifact: Path) -> None:
+    """A board held by another session: the request times out instead of queueing forever."""
+    from tvm import rpc
+
+    from forgekit.remote_bench import benchmark_remote
+
+    host, port = x86_server.rsplit(":", 1)
+    holder = rpc.connect_tracker(host, int(port)).request(X86_KEY)  # the only x86 server is now busy
+    try:
+        with pytest.raises(RPCError, match=f"Every RPC server with key '{X86_KEY}' .* stayed busy for 2 s"):
+            benchmark_remote(host_artifact, RpcConfig(tracker=x86_server, key=X86_KEY, busy_wait=2))
+    finally:
+        del holder
+        import gc
+
+        gc.collect()
+    # released: the server takes new sessions again
+    assert benchmark_remote(host_artifact, RpcConfig(tracker=x86_server, key=X86_KEY), runs=1).forgekit.runs == 1
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"rpc_key": "k"}, "--rpc-key needs --rpc-tracker"),
     ({"rpc_tracker": "127.0.0.1:9190"}, "--rpc-tracker needs --rpc-key"),
