@@ -175,6 +175,8 @@ def compile_model(
             raise UsageError("An RPC device for tuning was given without tuning: add --tune-trials N.")
         executable = build_executable(ir, spec, opt_level=opt_level, float16=set_float16, layout=layout,
                                       report=report, tuning=tuning)
+        if tuning is not None and tuning.measure is not None and report.tuning is not None:
+            report.tuning["measured_on"] = tuning.measure.config.describe()  # records provenance: which board
         with atomic_directory(output, force_overwrite) as tmp:
             result = _write_artifact(tmp, output, ir, spec, family, fcompile, executable, report, start, uuid,
                                      encrypt_password, set_float16, layout, opt_level, export_relay,

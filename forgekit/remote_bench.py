@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import ArtifactError, RPCError
 from .metadata import LIBRARY_FILE
-from .rpc import RpcConfig, check_arch, connect, load_library  # noqa: F401 - RpcConfig in annotations
+from .rpc import RpcConfig, check_arch, connect, load_library
 
 
 def _flatten(value: Any) -> list[Any]:

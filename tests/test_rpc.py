@@ -182,8 +182,10 @@ def test_cli_bench_direct_server_and_encrypted(tmp_path: Path, model_dir: Path) 
 def test_tune_on_rpc_device_records_and_builds(x86_server: str, model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "tuned"
     forgekit.from_onnx(model_dir / "convnet.onnx").compile(
-        target="host", output_path=out, tuning_trials=3, records=tmp_path / "records",
+        target="host", output_path=out, tuning_trials=3, records=tmp_path / "records", export_metadata=True,
         tuning_rpc=RpcConfig(tracker=x86_server, key=X86_KEY))
+    report = json.loads((out / "compile_report.json").read_text())
+    assert report["tuning"]["trials"] == 3 and report["tuning"]["measured_on"] == f"key '{X86_KEY}' at tracker {x86_server}"
     lines = [json.loads(x) for x in (out / "optimization_artifacts" / "records.jsonl").read_text().splitlines()]
     assert len(lines) == 3 and all(e["seconds"] and min(e["seconds"]) > 0 for e in lines)
     shared = list((tmp_path / "records").glob("*/records.jsonl"))  # the shared cache, keyed by the target
