@@ -240,6 +240,13 @@ def test_bad_rpc_options(host_artifact: Path, kwargs: dict, message: str) -> Non
         benchmark_artifact(host_artifact, **kwargs)
 
 
+def test_rpc_device_without_tuning_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="add --tune-trials N"):
+        forgekit.from_onnx(model_dir / "convnet.onnx").compile(
+            target="host", output_path=tmp_path / "x", tuning_rpc=RpcConfig(tracker="127.0.0.1:9190", key="k"))
+    assert not (tmp_path / "x").exists()
+
+
 @needs_cross
 def test_remote_arch_mismatch(x86_server: str, model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "pi"
