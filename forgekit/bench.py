@@ -208,7 +208,8 @@ def _spawn(job: dict[str, Any], threads: int, password: str | None) -> dict[str,
 def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathLike[str] | None = None, *,
                        runs: int = 20, warmup: int = 3, threads: int | None = None, memory: bool = True,
                        key_path: str | None = None, password: str | None = None,
-                       rtol: float = 1e-3, atol: float = 1e-4) -> BenchResult:
+                       rtol: float = 1e-3, atol: float = 1e-4, rpc_tracker: str | None = None,
+                       rpc_key: str | None = None, rpc_host: str | None = None) -> BenchResult:
     """Time ``artifact`` (and ``onnx_model`` under onnxruntime, same threads, same inputs, same run).
 
     Parameters
@@ -226,11 +227,27 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
         Also measure each runtime's peak RSS in its own short-lived process.
     key_path, password:
         For encrypted artifacts (see :class:`forgekit.runtime.Engine`).
+    rpc_tracker, rpc_key, rpc_host:
+        Time it on a remote device over TVM RPC instead: a tracker ``HOST:PORT`` and the key its boards
+        registered with, or one server ``HOST:PORT`` (see :mod:`forgekit.remote_bench`).  Outputs are
+        still compared with onnxruntime on this machine; ``threads`` and ``memory`` do not apply.
     """
     from .runtime import _resolve
 
     if runs <= 0 or warmup < 0:
         raise UsageError(f"runs must be positive and warmup not negative (got runs={runs}, warmup={warmup}).")
+    from .rpc import RpcConfig
+
+    remote = RpcConfig.from_options(rpc_tracker, rpc_key, rpc_host)
+    if remote is not None:
+        from .remote_bench import benchmark_remote
+
+        if onnx_model is not None:
+            from .frontend import load_onnx
+
+            load_onnx(onnx_model)
+        return benchmark_remote(artifact, remote, str(onnx_model) if onnx_model else None, runs=runs, warmup=warmup,
+                                key_path=key_path, password=password, rtol=rtol, atol=atol)
     library, meta_path = _resolve(Path(artifact))
     meta = json.loads(meta_path.read_text()) if meta_path else {}
     build = meta.get("build", {})

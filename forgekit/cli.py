@@ -267,6 +267,9 @@ def compile(  # noqa: A001 - the verb users type
                                                    "(default: ~/.cache/forgekit/records).")] = None,
     optimization: Annotated[Optional[list[str]], typer.Option("--optimization", help="LEIP spelling: "
                             "category:graph,iterations:N (tuning) or category:kernel,level:1-4 (opt level).")] = None,
+    rpc_tracker: RpcTrackerOpt = None,
+    rpc_key: RpcKeyOpt = None,
+    rpc_host: RpcHostOpt = None,
 ) -> None:
     """Compile a model into an artifact directory (model_library.so + metadata.json)."""
     from .ir import from_onnx
@@ -276,12 +279,15 @@ def compile(  # noqa: A001 - the verb users type
     opt_level = leip.get("level", opt_level)
     tune_trials = leip.get("iterations", tune_trials)
     password = _password(password_file, confirm=True) if encrypt else None
+    from .rpc import RpcConfig
+
+    tuning_rpc = RpcConfig.from_options(rpc_tracker, rpc_key, rpc_host)  # measure tuning trials on that board
     ir = from_onnx(path, parse_shapes(input_shape))
     with _tuning_progress(tune_trials) as progress:
         result = ir.compile(target=target, host=host, output_path=output, opt_level=opt_level, set_float16=float16,
                             set_channel_layout=layout, export_relay=export_ir, export_metadata=export_metadata,
                             force_overwrite=force, uuid=uuid, encrypt_password=password, tuning_trials=tune_trials,
-                            records=records, tuning_progress=progress)
+                            records=records, tuning_progress=progress, tuning_rpc=tuning_rpc)
     meta = result.metadata
     print(f"compiled {os.path.basename(path)} for {meta['build']['target_name']} "
           f"(opt level {opt_level}) in {meta['build']['compile_seconds']:.1f} s")
@@ -484,8 +490,14 @@ def bench(
     markdown_out: Annotated[Optional[str], typer.Option("--markdown", help="Also write a markdown table here.")] = None,
     key: Annotated[Optional[str], typer.Option("--key", help="Key file of an encrypted artifact.")] = None,
     password_file: PasswordFileOpt = None,
+    rpc_tracker: RpcTrackerOpt = None,
+    rpc_key: RpcKeyOpt = None,
+    rpc_host: RpcHostOpt = None,
 ) -> None:
-    """Time an artifact (latency, throughput, peak memory) against onnxruntime on the same model."""
+    """Time an artifact (latency, throughput, peak memory) against onnxruntime on the same model.
+
+    With --rpc-tracker/--rpc-key (or --rpc-host) it runs on a remote board through TVM's RPC and its
+    outputs are compared with onnxruntime on this machine."""
     from . import crypto
     from .bench import benchmark_artifact, markdown_table
     from .runtime import _resolve
@@ -493,11 +505,15 @@ def bench(
 
     password = _password(password_file) if crypto.is_encrypted(_resolve(Path(artifact))[0]) else None
     result = benchmark_artifact(artifact, resolve(onnx_model) if onnx_model else None, runs=runs, warmup=warmup,
-                                threads=threads, memory=not no_memory, key_path=key, password=password)
+                                threads=threads, memory=not no_memory, key_path=key, password=password,
+                                rpc_tracker=rpc_tracker, rpc_key=rpc_key, rpc_host=rpc_host)
     fk, ort = result.forgekit, result.onnxruntime
-    print(f"forgekit     median {fk.median_ms:8.2f} ms  p90 {fk.p90_ms:8.2f} ms  min {fk.min_ms:8.2f} ms  "
-          f"{fk.throughput_per_s:8.1f}/s" + (f"  peak RSS {fk.peak_rss_mb:.0f} MB" if fk.peak_rss_mb else ""))
-    if ort is not None:
+    if "rpc" in result.extra:
+        _print_remote_bench(result)
+    else:
+        print(f"forgekit     median {fk.median_ms:8.2f} ms  p90 {fk.p90_ms:8.2f} ms  min {fk.min_ms:8.2f} ms  "
+              f"{fk.throughput_per_s:8.1f}/s" + (f"  peak RSS {fk.peak_rss_mb:.0f} MB" if fk.peak_rss_mb else ""))
+    if ort is not None and "rpc" not in result.extra:
         print(f"onnxruntime  median {ort.median_ms:8.2f} ms  p90 {ort.p90_ms:8.2f} ms  min {ort.min_ms:8.2f} ms  "
               f"{ort.throughput_per_s:8.1f}/s" + (f"  peak RSS {ort.peak_rss_mb:.0f} MB" if ort.peak_rss_mb else ""))
         verdict = "faster" if result.ratio < 1 else "slower"
@@ -507,6 +523,27 @@ def bench(
         Path(json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     if markdown_out:
         Path(markdown_out).write_text(markdown_table([(Path(artifact).name, result)]))
+
+
+# --------------------------------------------------------------------------- on-device over TVM RPC
+RpcTrackerOpt = Annotated[Optional[str], typer.Option("--rpc-tracker", help="TVM RPC tracker HOST:PORT: bench "
+                                                      "(or measure tuning trials) on a board registered there, "
+                                                      "with --rpc-key.")]
+RpcKeyOpt = Annotated[Optional[str], typer.Option("--rpc-key", help="Key the board's TVM RPC server registered "
+                                                  "with at the tracker.")]
+RpcHostOpt = Annotated[Optional[str], typer.Option("--rpc-host", help="One TVM RPC server HOST:PORT, "
+                                                   "without a tracker.")]
+
+
+def _print_remote_bench(result: Any) -> None:
+    fk, rpc = result.forgekit, result.extra["rpc"]
+    print(f"device       {rpc['device']} ({rpc.get('remote_arch') or 'unknown arch'}), timed there by TVM's "
+          "time_evaluator")
+    print(f"forgekit     median {fk.median_ms:8.3f} ms  p90 {fk.p90_ms:8.3f} ms  min {fk.min_ms:8.3f} ms  "
+          f"{fk.throughput_per_s:8.1f}/s")
+    if result.outputs_match is not None:
+        print(f"outputs      {'match' if result.outputs_match else 'DIFFER from'} onnxruntime on this machine "
+              f"(max abs error {result.max_abs_error:.2e})")
 
 
 # --------------------------------------------------------------------------- publish

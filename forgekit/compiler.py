@@ -91,6 +91,7 @@ def compile_model(
     tuning_trials: int | None = None,
     records: str | os.PathLike[str] | bool | None = None,
     tuning_progress: Callable[[int, int, str], None] | None = None,
+    tuning_rpc: Any = None,
 ) -> CompileResult:
     """Compile ``ir`` for ``target`` into ``output_path``.
 
@@ -134,6 +135,10 @@ def compile_model(
         to use only the artifact's own records.
     tuning_progress:
         Called as ``progress(done, total, note)`` after each measurement.
+    tuning_rpc:
+        Measure on a board over TVM RPC instead of this machine: a :class:`forgekit.rpc.RpcConfig`
+        (tracker and key, or one server).  Needed to tune a cross target (e.g. ``raspberry-pi/5``);
+        records are keyed by the target, as always.
 
     Returns
     -------
@@ -165,8 +170,13 @@ def compile_model(
         staging = None
         if tuning_trials is not None:
             tuning, staging = _tuning_config(stack, spec, output, tuning_trials, records, tuning_progress)
+            tuning.measure = _tuning_measure(stack, spec, fcompile, tuning_trials, tuning_rpc)
+        elif tuning_rpc is not None:
+            raise UsageError("An RPC device for tuning was given without tuning: add --tune-trials N.")
         executable = build_executable(ir, spec, opt_level=opt_level, float16=set_float16, layout=layout,
                                       report=report, tuning=tuning)
+        if tuning is not None and tuning.measure is not None and report.tuning is not None:
+            report.tuning["measured_on"] = tuning.measure.config.describe()  # records provenance: which board
         with atomic_directory(output, force_overwrite) as tmp:
             result = _write_artifact(tmp, output, ir, spec, family, fcompile, executable, report, start, uuid,
                                      encrypt_password, set_float16, layout, opt_level, export_relay,
@@ -194,6 +204,21 @@ def _tuning_config(stack: contextlib.ExitStack, spec: Any, output: Path, trials:
         base = Path(records) if records not in (None, True) else tuner.default_records_dir()
         folders.append(base / tuner.target_key(spec.tvm_target()))
     return TuningConfig(trials, folders, progress), staging
+
+
+def _tuning_measure(stack: contextlib.ExitStack, spec: Any, fcompile: Any, trials: int, rpc: Any) -> Any:
+    """How tuning times candidates: on this machine, or on an RPC device (required for a cross target,
+    whose code cannot run here)."""
+    if not trials:
+        return None  # records only: nothing is measured
+    if rpc is None:
+        if spec.is_cross:
+            raise UsageError(f"Tuning '{spec.name}' ({spec.arch}) measures kernels on such a CPU: give a board with "
+                             "--rpc-tracker HOST:PORT --rpc-key KEY (or --rpc-host HOST:PORT), or --tune-trials 0.")
+        return None
+    from .remote_tuning import RemoteMeasure
+
+    return stack.enter_context(RemoteMeasure(rpc, spec.arch, fcompile))
 
 
 def _export_options(spec: Any, opt_level: int) -> dict[str, Any]:

@@ -97,3 +97,10 @@ class VerificationError(ForgekitError):
     """An artifact's outputs differ from onnxruntime's on the same inputs, or it failed to run on its target."""
 
     exit_code = 13
+
+
+class RPCError(ForgekitError):
+    """A remote device over TVM RPC cannot be used: tracker or server unreachable, no server registered
+    with the key, or the device's CPU is not the artifact's."""
+
+    exit_code = 14

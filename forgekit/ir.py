@@ -387,7 +387,7 @@ class IRModule:
                 opt_level: int = 3, set_float16: bool = False, set_channel_layout: str | None = None,
                 export_relay: bool = False, export_metadata: bool = False, force_overwrite: bool = False,
                 uuid: str | None = None, encrypt_password: str | None = None, tuning_trials: int | None = None,
-                records: Any = None, tuning_progress: Any = None) -> Any:
+                records: Any = None, tuning_progress: Any = None, tuning_rpc: Any = None) -> Any:
         """Compile to a deployable artifact directory; see :func:`forgekit.compiler.compile_model`."""
         from .compiler import compile_model
 
@@ -395,7 +395,8 @@ class IRModule:
                              set_float16=set_float16, set_channel_layout=set_channel_layout,
                              export_relay=export_relay, export_metadata=export_metadata,
                              force_overwrite=force_overwrite, uuid=uuid, encrypt_password=encrypt_password,
-                             tuning_trials=tuning_trials, records=records, tuning_progress=tuning_progress)
+                             tuning_trials=tuning_trials, records=records, tuning_progress=tuning_progress,
+                             tuning_rpc=tuning_rpc)
 
 
 #: Forge's name for the same class, so ``import forgekit as forge; forge.RelayModule`` works.

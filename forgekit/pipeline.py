@@ -56,6 +56,8 @@ class TuningConfig:
     trials: int
     folders: list[Any]
     progress: Any = None
+    #: times one candidate (default: on this machine; see :class:`forgekit.remote_tuning.RemoteMeasure`)
+    measure: Any = None
 
 
 @dataclass
@@ -283,7 +285,8 @@ def build_executable(ir: IRModule, spec: TargetSpec, *, opt_level: int = 3, floa
             if tuning.trials > 0:
                 with target:
                     fused = tvm.transform.Sequential(schedules.fusion_passes(target))(mod)
-                summary = tuner.tune(fused, target, tuning.trials, tuning.folders, progress=tuning.progress)
+                summary = tuner.tune(fused, target, tuning.trials, tuning.folders, progress=tuning.progress,
+                                     measure=tuning.measure)
                 report.tuning = summary.to_dict()
                 report.seconds["tuning"] = round(time.perf_counter() - start, 3)
             records = tuner.RecordSet(tuning.folders)

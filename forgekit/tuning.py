@@ -243,10 +243,8 @@ def _knob_key(knobs: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------- measuring
-def _measure(task: Task, knobs: dict[str, Any], target: Any, number: int, repeat: int) -> list[float]:
-    """Schedule ``task`` with ``knobs``, build it, time it; returns the run seconds of each repeat."""
-    import numpy as np
-    import tvm
+def schedule_candidate(task: Task, knobs: dict[str, Any], target: Any) -> Any:
+    """``task``'s kernel scheduled with ``knobs``, as a one-function module (``main``)."""
     from tvm import s_tir
 
     from .schedules.target_info import target_info
@@ -255,17 +253,32 @@ def _measure(task: Task, knobs: dict[str, Any], target: Any, number: int, repeat
     sch = s_tir.Schedule(workload(task.func), enable_check=False)
     match = task.rule.matches(sch, tinfo)
     task.rule.apply(sch, match, tinfo, knobs)
-    lib = tvm.compile(sch.mod, target=target)
-    dev = tvm.cpu()
+    return sch.mod
+
+
+def random_args(mod: Any) -> list[Any]:
+    """Seeded numpy arguments for the ``main`` PrimFunc of ``mod`` (floats normal, others zero)."""
+    import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
     rng = np.random.default_rng(0)
     args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]):
+    for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"]):
         shape = [int(d) for d in info.shape]
         dtype = str(info.dtype)
-        data = rng.standard_normal(shape).astype(dtype) if "float" in dtype else np.zeros(shape, dtype)
-        args.append(tvm.runtime.tensor(data, dev))
+        args.append(rng.standard_normal(shape).astype(dtype) if "float" in dtype else np.zeros(shape, dtype))
+    return args
+
+
+def _measure(task: Task, knobs: dict[str, Any], target: Any, number: int, repeat: int) -> list[float]:
+    """Schedule ``task`` with ``knobs``, build it, time it here; returns the run seconds of each repeat.
+    (:class:`forgekit.remote_tuning.RemoteMeasure` is the same over TVM RPC, on a board.)"""
+    import tvm
+
+    mod = schedule_candidate(task, knobs, target)
+    lib = tvm.compile(mod, target=target)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in random_args(mod)]
     timer = lib.mod.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=20)
     return [float(r) for r in timer(*args).results]
 
@@ -286,9 +299,18 @@ class TuneSummary:
 
 
 def tune(fused_mod: Any, target: Any, trials: int, folders: list[Path], *,
-         progress: Callable[[int, int, str], None] | None = None) -> TuneSummary:
+         progress: Callable[[int, int, str], None] | None = None,
+         measure: Callable[..., list[float]] | None = None) -> TuneSummary:
     """Measure up to ``trials`` not-yet-measured knob settings over the kernels of ``fused_mod``;
-    every measurement is appended to the records of every folder in ``folders``."""
+    every measurement is appended to the records of every folder in ``folders``.
+
+    ``measure(task, knobs, target, number=, repeat=)`` times one candidate (default: build and time it
+    on this machine; :class:`forgekit.remote_tuning.RemoteMeasure` times it on a board over TVM RPC).
+    A :class:`~forgekit.errors.ForgekitError` from it (a lost device) stops tuning; any other failure
+    marks the setting invalid."""
+    from .errors import ForgekitError
+
+    measure = measure or _measure
     if trials < 0:
         raise UsageError(f"tuning trials must be >= 0, got {trials}.")
     start = time.perf_counter()
@@ -308,7 +330,9 @@ def tune(fused_mod: Any, target: Any, trials: int, folders: list[Path], *,
                 continue
             knobs = queues[task.key].pop(0)
             try:
-                secs: list[float] | None = _measure(task, knobs, target, number=3, repeat=3)
+                secs: list[float] | None = measure(task, knobs, target, number=3, repeat=3)
+            except ForgekitError:
+                raise
             except Exception:
                 secs = None  # an invalid setting: recorded, never retried
             entry = {"workload": task.key, "kernel": task.name, "rule": task.rule.name, "knobs": knobs,

@@ -42,6 +42,10 @@ APT_PACKAGES = ("python3",)
 #: Host-installed distributions whose exact versions go into the rootfs (forgekit.runtime imports
 #: numpy and tvm_ffi, loads libtvm_runtime.so from the apache-tvm wheel, and imports forgekit.crypto).
 WHEEL_DISTRIBUTIONS = ("apache-tvm", "apache-tvm-ffi", "numpy", "cryptography")
+#: Guest-only packages, pinned here since the host need not have them: TVM's RPC server
+#: (``python3 -m tvm.exec.rpc_server``, see :mod:`forgekit.rpc`) ships its session loop to a worker
+#: process with cloudpickle, which the apache-tvm wheel does not declare.
+GUEST_ONLY = ("cloudpickle==3.1.1",)
 PYTHON_VERSION = "3.11"
 #: Where bookworm's python3 looks for locally installed packages.
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
@@ -89,14 +93,15 @@ def cache_dir() -> Path:
 
 
 def wheel_requirements() -> list[str]:
-    """``name==version`` of each runtime distribution, pinned to what the host has installed."""
+    """``name==version`` of each runtime distribution, pinned to what the host has installed, plus the
+    guest-only packages (:data:`GUEST_ONLY`)."""
     out = []
     for dist in WHEEL_DISTRIBUTIONS:
         try:
             out.append(f"{dist}=={importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
             raise ToolchainError(f"'{dist}' is not installed on this machine: reinstall forgekit.") from None
-    return out
+    return out + list(GUEST_ONLY)
 
 
 def recipe_key(g: GuestArch) -> str:
@@ -223,12 +228,20 @@ def _wheelhouse(g: GuestArch, say: Callable) -> Path:
 def run_in_rootfs(root: Path, g: GuestArch, argv: Sequence[str], timeout: float,
                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` (guest paths) in the chroot through qemu, explicitly, so binfmt is not needed."""
+    command, full_env = rootfs_command(root, g, argv, env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, check=False)
+
+
+def rootfs_command(root: Path, g: GuestArch, argv: Sequence[str],
+                   env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The host command line and environment that run ``argv`` (guest paths) in the chroot through qemu,
+    for callers that start a long-lived guest process themselves (e.g. a TVM RPC server).  The chroot
+    shares the host's network namespace, so a guest server on 127.0.0.1 is reachable from the host."""
     _require_root(f"Running {g.arch} code in the rootfs")
     qemu = f"/usr/bin/{g.qemu}"
     full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", **(env or {})}
     chroot = require("chroot", "coreutils")  # looked up on the host's PATH, not the guest's
-    return subprocess.run([chroot, str(root), qemu, *argv], capture_output=True, text=True, timeout=timeout,
-                          env=full_env, check=False)
+    return [chroot, str(root), qemu, *argv], full_env
 
 
 def _platform_args(g: GuestArch) -> list[str]:
