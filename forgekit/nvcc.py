@@ -40,11 +40,37 @@ _TVM_FLAGS = [
 ]
 
 
+def _wheel_nvcc() -> str | None:
+    """nvcc from NVIDIA's PyPI wheels (``pip install forgekit[cuda]``) in this Python environment.
+
+    The wheels put the toolkit under ``site-packages/nvidia/cu<major>/``; nvcc finds its headers, crt and
+    nvvm relative to its own path, so it runs from there without a system CUDA install.
+    """
+    import glob
+    import sysconfig
+
+    found = sorted(glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "nvidia", "cu*", "bin", "nvcc")))
+    return next((p for p in reversed(found) if os.access(p, os.X_OK)), None)
+
+
 def find_nvcc() -> str:
-    """Path of nvcc (``$CUDA_HOME/bin/nvcc`` or on PATH), or a one-line :class:`ToolchainError`."""
+    """Path of nvcc: ``$CUDA_HOME/bin/nvcc``, else on PATH, else from the ``forgekit[cuda]`` wheels.
+
+    A one-line :class:`ToolchainError` naming the package when there is none.
+    """
+    import shutil
+
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
-        return os.path.join(home, "bin", "nvcc")
+    if home:
+        # An explicit toolkit wins, and a wrong one is an error rather than a silent fallback.
+        if os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
+            return os.path.join(home, "bin", "nvcc")
+        raise ToolchainError(f"CUDA_HOME={home} has no bin/nvcc: point it at a CUDA toolkit or unset it.")
+    if shutil.which("nvcc") is None and (wheel := _wheel_nvcc()):
+        return wheel
+    if shutil.which("nvcc") is None:
+        raise ToolchainError("'nvcc' is not installed: pip install 'forgekit[cuda]' (NVIDIA's nvcc wheels), "
+                             "install the Debian package 'nvidia-cuda-toolkit', or use the forgekit 'cuda' image.")
     return require("nvcc", "nvidia-cuda-toolkit", image="cuda")
 
 
