@@ -117,10 +117,11 @@ def source_root() -> Path:
     return root
 
 
-def _run(argv: Sequence[str], log: Callable[[str], None], what: str) -> None:
+def _run(argv: Sequence[str], log: Callable[[str], None], what: str, env: dict[str, str] | None = None) -> None:
     """Run a tool, streaming its output to ``log``; a failure is a one-line error naming the last lines."""
     log("$ " + " ".join(argv))
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **env} if env else None)
     tail: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -168,7 +169,10 @@ def build_wheelhouse(dest: str | os.PathLike[str], *, images: Iterable[str] = ("
     tmp = _fresh_dir(dest, force)
     try:
         pip = [sys.executable, "-m", "pip"]
-        _run([*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp), str(root)], log, "pip wheel forgekit")
+        # A fixed timestamp makes the wheel byte-identical for the same source, so Docker's layer cache
+        # keeps the images' install layers until forgekit itself changes.
+        _run([*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp), str(root)], log, "pip wheel forgekit",
+             env={"SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")})
         wheel = next(tmp.glob("forgekit-*.whl"))
         target = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp"]
         if platform:

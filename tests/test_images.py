@@ -234,20 +234,28 @@ def test_act_runs_the_action_in_the_cpu_image(cpu_image, tmp_path) -> None:
     onnx.save(model, workspace / "model.onnx")
     x = np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.save(workspace / "x.npy", x)
+    git = ["git", "-C", str(workspace), "-c", "user.name=forgekit", "-c", "user.email=tests@forgekit.invalid"]
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
-    workspace.chmod(0o777)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "sample"], check=True)
+    # --bind: the job container works on this folder (act chowns it to the image's user), so the test can
+    # read what the workflow wrote; --pull=false: the image is local, no registry is reachable.
     proc = subprocess.run([act, "push", "-W", ".github/workflows/sample.yml", "-P", f"ubuntu-latest={cpu_image}",
-                           "--pull=false", "--rm", "--bind", "--container-options", "--user 0"],
-                          cwd=workspace, capture_output=True, text=True, timeout=900)
+                           "--pull=false", "--rm", "--bind"], cwd=workspace, capture_output=True, text=True,
+                          timeout=900)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    assert "::group::compile host" in log or "compile host" in log
+    assert "using the installed forgekit 0.1.0" in log  # the job container's forgekit, no pip install
+    for group in ("compile host", "bench host", "inspect"):
+        assert f"::group::{group}" in log
     found = re.search(r"FORGEKIT-OUTPUTS artifact=(\S+) sha256=([0-9a-f]{64}) latency=([0-9.]+)", log)
     assert found, log[-4000:]
     artifact = workspace / "out" / "host"
     meta = json.loads((artifact / "metadata.json").read_text())
     assert found.group(2) == meta["library"]["sha256"] and float(found.group(3)) > 0
-    summary = log[log.index("FORGEKIT-SUMMARY-BEGIN"):log.index("FORGEKIT-SUMMARY-END")]
+    summary = log[log.index("Summary - ### forgekit"):]  # act prints $GITHUB_STEP_SUMMARY after the step
     assert "| target | precision | size | latency | ops | fingerprint |" in summary
-    assert f"| host | {meta['model']['precision']} |" in summary and meta["model"]["fingerprint"][:16] in summary
+    inspect = run_cli("inspect", str(workspace / "model.onnx"), "--json")
+    ops = sum(json.loads(inspect.stdout)["operators"].values())
+    assert re.search(rf"\| host \| {meta['model']['precision']} \| [0-9.]+ kB \| [0-9.]+ ms \| {ops} \| "
+                     rf"`{meta['model']['fingerprint'][:16]}` \|", summary), summary[:1000]
     assert_close(np.load(workspace / "out" / "outputs.npz")["probs"], ort_run(model, {"input": x})[0])
