@@ -15,6 +15,7 @@ Users and CI build the same way: ``forgekit images build cpu --base-image ... --
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,15 +54,17 @@ class ImageSpec:
         files = sorted(wheelhouse.glob("*.whl"))
         if self.parent is None:
             return files
+        if not self.wheels:
+            return []
+        # The named wheels and their NVIDIA/CUDA dependencies (e.g. cuda-pathfinder for cuda-bindings); the
+        # base already holds every other dependency.
         names = {_dist_name(w) for w in self.wheels}
-        return [f for f in files if _dist_name(f.name.split("-")[0]) in names or
-                _dist_name(f.name.split("-")[0]).startswith(("nvidia-", "cuda-")) and names]
+        return [f for f in files if _dist_name(f.name.split("-")[0]) in names
+                or _dist_name(f.name.split("-")[0]).startswith(("nvidia-", "cuda-"))]
 
 
 def _dist_name(requirement: str) -> str:
     """Normalized distribution name of a requirement or wheel file stem (PEP 503)."""
-    import re
-
     return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~ \[;]", requirement, maxsplit=1)[0]).lower()
 
 
@@ -220,7 +223,7 @@ def debootstrap_base(tag: str, *, rootfs_tar: str | os.PathLike[str] | None = No
     docker = docker_cli()
     cached = Path(rootfs_tar) if rootfs_tar else None
     with tempfile.TemporaryDirectory(prefix="forgekit-rootfs-") as work:
-        tarball = cached if cached and cached.is_file() else Path(work) / "rootfs.tar"
+        tarball = cached or Path(work) / "rootfs.tar"
         if not tarball.is_file():
             if os.geteuid() != 0:
                 raise UsageError("debootstrap needs root: run it as root (or pull a Python 3.11 base image "
@@ -233,6 +236,7 @@ def debootstrap_base(tag: str, *, rootfs_tar: str | os.PathLike[str] | None = No
             for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
                 for entry in (rootfs / junk).glob("*.deb" if "archives" in junk else "*_*"):
                     entry.unlink()
+            tarball.parent.mkdir(parents=True, exist_ok=True)
             partial = tarball.with_name(tarball.name + ".part")
             _run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."], log, "tar rootfs")
             os.replace(partial, tarball)
@@ -274,14 +278,7 @@ def build_image(name: str, *, wheelhouse: str | os.PathLike[str] | None = None, 
     docker = docker_cli()
     tag = tag or image_tag(name)
     args = dict(build_args or {})
-    if spec.parent:
-        parent_tag = image_tag(spec.parent)
-        if rebuild_parents or not image_exists(parent_tag):
-            build_image(spec.parent, wheelhouse=wheelhouse, base_image=base_image, build_args=build_args,
-                        rebuild_parents=rebuild_parents, log=log)
-        args["FORGEKIT_BASE"] = parent_tag
-    else:
-        args["BASE_IMAGE"] = base_image or DEFAULT_BASE_IMAGE
+    # Check this image's own inputs before spending minutes on its parents.
     needs = ["forgekit-*.whl"] if spec.parent is None else [f"{_dist_name(w).replace('-', '_')}-*.whl"
                                                             for w in spec.wheels]
     missing = [n for n in needs if wheelhouse is None or not any(Path(wheelhouse).glob(n))]
@@ -291,7 +288,15 @@ def build_image(name: str, *, wheelhouse: str | os.PathLike[str] | None = None, 
                          "--wheelhouse DIR.")
     if tidl and (name != "ti" or not Path(tidl).is_file()):
         raise UsageError(f"--tidl is for the ti image and must name TI's tidl_tools.tar.gz ('{tidl}' is not one).")
-    args.setdefault("FORGEKIT_VERSION", __version__)
+    if spec.parent:
+        parent_tag = image_tag(spec.parent)
+        if rebuild_parents or not image_exists(parent_tag):
+            build_image(spec.parent, wheelhouse=wheelhouse, base_image=base_image, build_args=build_args,
+                        rebuild_parents=rebuild_parents, log=log)
+        args["FORGEKIT_BASE"] = parent_tag
+    else:
+        args["BASE_IMAGE"] = base_image or DEFAULT_BASE_IMAGE
+        args.setdefault("FORGEKIT_VERSION", __version__)  # the OCI version label
     ctx = build_context(spec, Path(wheelhouse) if wheelhouse else None, Path(tidl) if tidl else None)
     try:
         argv = [docker, "build", "--file", str(root / spec.dockerfile), "--tag", tag]

@@ -259,3 +259,33 @@ def test_act_runs_the_action_in_the_cpu_image(cpu_image, tmp_path) -> None:
     assert re.search(rf"\| host \| {meta['model']['precision']} \| [0-9.]+ kB \| [0-9.]+ ms \| {ops} \| "
                      rf"`{meta['model']['fingerprint'][:16]}` \|", summary), summary[:1000]
     assert_close(np.load(workspace / "out" / "outputs.npz")["probs"], ort_run(model, {"input": x})[0])
+
+
+@pytest.mark.slow
+def test_action_image_input_runs_forgekit_in_the_image(cpu_image, tmp_path, monkeypatch, capsys) -> None:
+    """The action's ``image`` input: every CLI call is a ``docker run`` of the image on the workspace."""
+    sys.path.insert(0, str(ROOT))
+    from action.main import _run, main as action_main
+
+    calls: list[list[str]] = []
+
+    def recording_runner(argv, env):  # runs for real, remembering the command lines
+        calls.append(list(argv))
+        return _run(argv, env)
+
+    model = make_convnet(seed=7, batch=1)
+    onnx.save(model, tmp_path / "model.onnx")
+    monkeypatch.chdir(tmp_path)
+    env = {"PATH": os.environ["PATH"], "GITHUB_WORKSPACE": str(tmp_path), "GITHUB_OUTPUT": str(tmp_path / "out.txt"),
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "INPUT_MODEL": "model.onnx",
+           "INPUT_TARGETS": "host, raspberry-pi/4-armhf", "INPUT_IMAGE": cpu_image, "INPUT_BENCH-RUNS": "2"}
+    assert action_main(env, runner=recording_runner) == 0, capsys.readouterr().out[-3000:]
+    assert calls and all(argv[:3] == ["docker", "run", "--rm"] and cpu_image in argv for argv in calls)
+    log = capsys.readouterr().out
+    assert "::group::compile raspberry-pi/4-armhf" in log and "::group::bench host" in log
+    host = json.loads((tmp_path / "forgekit-artifacts" / "host" / "metadata.json").read_text())
+    armhf = json.loads((tmp_path / "forgekit-artifacts" / "raspberry-pi-4-armhf" / "metadata.json").read_text())
+    assert armhf["build"]["arch"] == "arm" and host["build"]["family"] == "x86"
+    summary = (tmp_path / "summary.md").read_text()
+    assert re.search(r"\| host \| float32 \| [0-9.]+ kB \| [0-9.]+ ms \|", summary)
+    assert re.search(r"\| raspberry-pi/4-armhf \| float32 \| [0-9.]+ kB \| not measured \|", summary)
