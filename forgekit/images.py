@@ -43,24 +43,26 @@ class ImageSpec:
     description: str
     #: Name of the image it is built ``FROM`` (passed as the ``FORGEKIT_BASE`` build arg); None: BASE_IMAGE.
     parent: str | None = "base"
-    #: Extra wheels (beyond forgekit's dependencies) the wheelhouse must hold for this image.
+    #: Extra wheels (beyond forgekit's and its parents') this image installs from the wheelhouse.
     wheels: tuple[str, ...] = ()
+    #: Distributions those wheels depend on that forgekit's base does not have.
+    deps: tuple[str, ...] = ()
 
     def context_wheels(self, wheelhouse: Path) -> list[Path]:
-        """The wheels this image's Dockerfile installs: all for the base, else only its extra ones.
+        """The wheels this image's Dockerfile installs: forgekit's for the base, else only its extra ones.
 
         Only those go into the build context, so an image layer never carries the whole wheelhouse.
         """
         files = sorted(wheelhouse.glob("*.whl"))
-        if self.parent is None:
-            return files
+        if self.parent is None:  # forgekit and its dependencies: not the wheels other images add on top
+            extra = {_dist_name(w) for spec in IMAGES.values() for w in spec.wheels + spec.deps}
+            return [f for f in files if _dist_name(f.name.split("-")[0]) not in extra]
         if not self.wheels:
             return []
-        # The named wheels and their NVIDIA/CUDA dependencies (e.g. cuda-pathfinder for cuda-bindings); the
-        # base already holds every other dependency.
-        names = {_dist_name(w) for w in self.wheels}
-        return [f for f in files if _dist_name(f.name.split("-")[0]) in names
-                or _dist_name(f.name.split("-")[0]).startswith(("nvidia-", "cuda-"))]
+        # Exactly the named wheels and their known dependencies: anything else is in a parent image already.
+        # (A new dependency shows up as pip's "No matching distribution" at build time: add it to ``deps``.)
+        names = {_dist_name(w) for w in self.wheels + self.deps}
+        return [f for f in files if _dist_name(f.name.split("-")[0]) in names]
 
 
 def _dist_name(requirement: str) -> str:
@@ -84,7 +86,7 @@ IMAGES: dict[str, ImageSpec] = {
     "aarch64": ImageSpec("images/aarch64/Dockerfile", "aarch64 Linux boards: aarch64 cross g++"),
     "android": ImageSpec("images/android/Dockerfile", "Android: the Android NDK (downloaded at build time)"),
     "cuda-gpu": ImageSpec("images/cuda/Dockerfile", "cuda + NVRTC/cudart to run, bench and tune on a GPU host",
-                          "cuda", wheels=_NVCC_WHEELS + _GPU_RUNTIME_WHEELS),
+                          "cuda", wheels=_GPU_RUNTIME_WHEELS, deps=("cuda-pathfinder",)),
     "ti": ImageSpec("images/ti/Dockerfile", "TI Jacinto/Sitara: aarch64 + TI's TIDL tools (licensed, supplied by you)",
                     "aarch64"),
 }

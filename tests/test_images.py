@@ -77,18 +77,22 @@ def test_wheelhouse_never_overwrites_without_force(tmp_path) -> None:
 
 def test_context_holds_only_the_wheels_an_image_installs(tmp_path) -> None:
     names = ["forgekit-0.1.0-py3-none-any.whl", "numpy-2.3.0-cp311-cp311-manylinux_2_28_x86_64.whl",
-             "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux_2_27_x86_64.whl"]
+             "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux_2_27_x86_64.whl",
+             "cuda_bindings-13.5.0-cp311-cp311-manylinux_2_28_x86_64.whl", "cuda_pathfinder-1.9.0-py3-none-any.whl"]
     for name in names:
         (tmp_path / name).write_bytes(b"wheel")
     base = images.build_context(images.get_image("base"), tmp_path)
     cuda = images.build_context(images.get_image("cuda"), tmp_path)
+    gpu = images.build_context(images.get_image("cuda-gpu"), tmp_path)
     cpu = images.build_context(images.get_image("cpu"), tmp_path)
     try:
-        assert sorted(p.name for p in (base / "wheelhouse").glob("*.whl")) == sorted(names)
-        assert [p.name for p in (cuda / "wheelhouse").glob("*.whl")] == [names[2]]
+        assert sorted(p.name for p in (base / "wheelhouse").glob("*.whl")) == sorted(names[:2])
+        # cuda: nvcc; cuda-gpu: cuda-bindings and its dependency, not the nvcc its parent has.
+        assert sorted(p.name for p in (cuda / "wheelhouse").glob("*.whl")) == [names[2]]
+        assert sorted(p.name for p in (gpu / "wheelhouse").glob("*.whl")) == names[3:]
         assert not list((cpu / "wheelhouse").glob("*.whl")) and (cpu / "tidl").is_dir()
     finally:
-        for ctx in (base, cuda, cpu):
+        for ctx in (base, cuda, gpu, cpu):
             shutil.rmtree(ctx)
 
 
@@ -289,3 +293,23 @@ def test_action_image_input_runs_forgekit_in_the_image(cpu_image, tmp_path, monk
     summary = (tmp_path / "summary.md").read_text()
     assert re.search(r"\| host \| float32 \| [0-9.]+ kB \| [0-9.]+ ms \|", summary)
     assert re.search(r"\| raspberry-pi/4-armhf \| float32 \| [0-9.]+ kB \| not measured \|", summary)
+
+
+@pytest.mark.slow
+def test_cuda_images_compile_kernels_with_their_nvcc(base_image, cpu_image, tmp_path) -> None:
+    """Dockerfile.cuda for real: nvcc from NVIDIA's wheels turns the kernels into a fatbin (no GPU needed);
+    images/cuda (cuda-gpu) adds the runtime pieces on top (only importable here: there is no GPU)."""
+    wheelhouse = images.build_wheelhouse(tmp_path / "wheelhouse", images=["cuda-gpu"])
+    gpu = images.build_image("cuda-gpu", wheelhouse=wheelhouse, base_image=base_image, tag="forgekit/cuda-gpu:test",
+                             rebuild_parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(0o777)
+    onnx.save(make_convnet(batch=1), work / "model.onnx")
+    _docker_run("-v", f"{work}:/work", images.image_tag("cuda"), "compile", "/work/model.onnx", "--target",
+                "cuda/sm_80", "-o", "/work/out")
+    toolchain = json.loads((work / "out" / "metadata.json").read_text())["build"]["toolchain"]
+    assert toolchain["nvcc"] == "/usr/local/cuda/bin/nvcc" and toolchain["device_code"] == "fatbin"
+    assert toolchain["nvcc_version"].startswith("13.")
+    proc = _docker_run("--entrypoint", "python", gpu, "-c", "import cuda.bindings.nvrtc, forgekit; print('ok')")
+    assert proc.stdout.strip() == "ok"
