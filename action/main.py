@@ -1,17 +1,21 @@
-"""The forgekit GitHub Action: compile a model for each target, then optionally publish a release.
+"""The forgekit GitHub Action: compile a model for each target, time it, optionally publish a release.
 
 Inputs arrive only through the environment (``INPUT_MODEL``, ``INPUT_TARGETS``, ...) and reach the
 ``forgekit`` CLI as argv lists, never through a shell, so an input like ``1.0.0; rm -rf ~`` is just a bad
-version string.  Results go to ``$GITHUB_OUTPUT`` (``artifacts``, ``archives`` as JSON lists,
-``release-notes``, ``sha256sums``) and a markdown table to ``$GITHUB_STEP_SUMMARY``; each CLI call is a
-``::group::`` in the log, and a failure becomes one ``::error file=MODEL::`` annotation with forgekit's
-own exit code.
+version string.  The CLI runs on the runner, or in a forgekit Docker image when the ``image`` input is set.
+Results go to ``$GITHUB_OUTPUT`` (``artifact-path``, ``metadata-path``, ``library-sha256``, ``latency-ms``
+of the first target; ``results``, ``artifacts``, ``archives`` as JSON lists; ``release-notes``,
+``sha256sums``) and a markdown table (target, precision, size, latency, ops, fingerprint) to
+``$GITHUB_STEP_SUMMARY``; each CLI call is a ``::group::`` in the log, and a failure becomes one
+``::error file=MODEL::`` annotation with forgekit's own exit code.  This file uses only the standard
+library: in image mode the runner needs nothing but Python 3 and Docker.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -51,9 +55,29 @@ def _list(text: str) -> list[str]:
     return [item.strip() for line in text.splitlines() for item in line.split(",") if item.strip()]
 
 
-def _forgekit() -> list[str]:
-    found = shutil.which("forgekit")
-    return [found] if found else [sys.executable, "-m", "forgekit"]
+def _forgekit(env: Mapping[str, str]) -> list[str]:
+    """How to call the CLI: on this runner, or (input ``image``) in that Docker image.
+
+    In the image the workspace is mounted at its own path and the current directory kept, so every path an
+    input names means the same file inside and outside; the runner's UID writes the outputs.  Only the
+    variables forgekit reads are forwarded, by name (``-e NAME``), so secrets never appear in argv.
+    """
+    image = get_input(env, "image")
+    if not image:
+        found = shutil.which("forgekit", path=env.get("PATH"))
+        return [found] if found else [sys.executable, "-m", "forgekit"]
+    cwd = os.getcwd()
+    workspace = env.get("GITHUB_WORKSPACE") or cwd
+    argv = ["docker", "run", "--rm", "--user", f"{os.getuid()}:{os.getgid()}", "-e", "HOME=/tmp",
+            "-v", f"{workspace}:{workspace}", "-w", cwd]
+    for name in _FORWARDED_ENV:
+        if name in env:
+            argv += ["-e", name]
+    return [*argv, image]
+
+
+#: Environment forgekit reads, forwarded into the image (values stay in the environment, not in argv).
+_FORWARDED_ENV = ("FORGEKIT_ENCRYPT_PASSWORD", "SOURCE_DATE_EPOCH")
 
 
 def _run(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess:
@@ -65,7 +89,7 @@ def _step(title: str, argv: list[str], env: Mapping[str, str], runner: Runner) -
     print(f"::group::{title}", flush=True)
     # The child must not annotate on its own: the action annotates once, with the model file.
     child_env = {k: v for k, v in env.items() if k != "GITHUB_ACTIONS"}
-    proc = runner([*_forgekit(), *argv], child_env)
+    proc = runner([*_forgekit(env), *argv], child_env)
     sys.stdout.write(proc.stdout)
     sys.stdout.write(proc.stderr)
     print("::endgroup::", flush=True)
@@ -95,41 +119,103 @@ def _write_outputs(path: str | None, outputs: dict[str, str]) -> None:
             handle.write(f"{name}<<{delimiter}\n{value}\n{delimiter}\n")
 
 
-def _summary(targets: list[str], artifacts: list[str], result: dict | None) -> str:
-    rows = ["| target | artifact | archive | sha256 |", "|---|---|---|---|"]
+def _compile_argv(env: Mapping[str, str], model: str, target: str, out: str) -> list[str]:
+    """``forgekit compile`` for one target; every input becomes its own argv item (never shell text)."""
+    argv = ["compile", model, "--target", target, "-o", out, "--force"]
+    argv += [arg for shape in _list(get_input(env, "input-shape")) for arg in ("--input-shape", shape)]
+    for name, flag in (("opt-level", "--opt-level"), ("quantize", "--quantize"), ("calib-data", "--calib-data"),
+                       ("tune-trials", "--tune-trials"), ("records", "--records")):
+        value = get_input(env, name)
+        if value:
+            argv += [flag, value]
+    if _flag(env, "encrypt"):  # the password comes from FORGEKIT_ENCRYPT_PASSWORD (a secret), never from argv
+        argv.append("--encrypt")
+    return argv
+
+
+def _runs_here(metadata: dict) -> bool:
+    """Whether the artifact can be timed on this runner: a CPU artifact of this machine's architecture."""
+    build = metadata["build"]
+    return build["family"] not in ("cuda", "android") and build["arch"] == platform.machine()
+
+
+def _latency(env: Mapping[str, str], out: str, runner: Runner) -> float | None:
+    """Median latency (ms) from ``forgekit bench``; None when it cannot run here (a warning says why)."""
+    runs = get_input(env, "bench-runs", "20") or "0"
+    if runs == "0":
+        return None
+    report = str(Path(out).with_name(Path(out).name + ".bench.json"))
+    try:
+        _step(f"bench {Path(out).name}", ["bench", out, "--runs", runs, "--no-memory", "--json", report], env, runner)
+    except ActionFailed as exc:  # e.g. an AVX-512 build on a runner without it: the compile still succeeded
+        print(f"::warning::{escape_data('forgekit: latency not measured: ' + str(exc))}", flush=True)
+        return None
+    return float(json.loads(Path(report).read_text())["forgekit"]["median_ms"])
+
+
+def _operators(env: Mapping[str, str], model: str, runner: Runner) -> int | None:
+    """Number of operators in the model (``forgekit inspect --json``), for the summary."""
+    try:
+        info = json.loads(_step("inspect", ["inspect", model, "--json"], env, runner))
+    except (ActionFailed, ValueError):
+        return None  # the compile step reports a broken model with the proper exit code
+    return sum(info.get("operators", {}).values())
+
+
+def _size(num: int) -> str:
+    return f"{num / 1e6:.1f} MB" if num >= 1e5 else f"{num / 1e3:.1f} kB"
+
+
+def _summary(rows: list[dict], ops: int | None, result: dict | None) -> str:
+    """The job summary: one row per target, plus the published archive when there is a release."""
     bundles = {b["target"]: b for b in (result or {}).get("bundles", [])}
-    for target, artifact in zip(targets, artifacts):
-        metadata = json.loads((Path(artifact) / "metadata.json").read_text())
-        bundle = bundles.get(metadata["build"]["target_name"])
-        archive = f"`{Path(bundle['archive']).name}`" if bundle else "-"
-        sha = f"`{bundle['sha256'][:16]}…`" if bundle else "-"
-        rows.append(f"| {target} | `{artifact}` | {archive} | {sha} |")
+    head = "| target | precision | size | latency | ops | fingerprint |"
+    lines = [head + (" archive |" if result else ""), "|---" * (7 if result else 6) + "|"]
+    for row in rows:
+        latency = f"{row['latency_ms']:.2f} ms" if row["latency_ms"] is not None else "not measured"
+        line = (f"| {row['target']} | {row['precision']} | {_size(row['size'])} | {latency} | "
+                f"{ops if ops is not None else '-'} | `{row['fingerprint'][:16]}` |")
+        if result:
+            bundle = bundles.get(row["target_name"])
+            line += f" `{Path(bundle['archive']).name}` |" if bundle else " - |"
+        lines.append(line)
     title = f"### forgekit: {result['model']} {result['version']}" if result else "### forgekit"
-    return "\n".join([title, "", *rows]) + "\n"
+    return "\n".join([title, "", *lines]) + "\n"
 
 
 def run_action(env: Mapping[str, str], runner: Runner = _run) -> dict[str, str]:
-    """Compile (and publish when ``version`` is set); return the outputs written to ``$GITHUB_OUTPUT``."""
+    """Compile each target (time it where it runs, publish when ``version`` is set); return the outputs.
+
+    Per-target results go to the ``results`` output (JSON list); ``artifact-path``, ``metadata-path``,
+    ``library-sha256`` and ``latency-ms`` describe the first target (a matrix job compiles one).
+    """
     model = get_input(env, "model")
     if not model:
         raise ActionFailed("input 'model' is required", 2)
     targets = _list(get_input(env, "targets", "host")) or ["host"]
-    work = Path(get_input(env, "artifacts-dir", "forgekit-artifacts"))
+    work = Path(get_input(env, "output-path", "forgekit-artifacts") or "forgekit-artifacts")
     version = get_input(env, "version")
-    encrypt = _flag(env, "encrypt")
-    shapes = [arg for shape in _list(get_input(env, "input-shape")) for arg in ("--input-shape", shape)]
-    artifacts = []
+    _flag(env, "encrypt")  # validate before the first (slow) step
+    rows, artifacts = [], []
     for target in targets:
         out = str(work / target.replace("/", "-"))
-        argv = ["compile", model, "--target", target, "-o", out, "--force", *shapes]
-        if encrypt:  # the password comes from FORGEKIT_ENCRYPT_PASSWORD (a secret), never from argv
-            argv.append("--encrypt")
-        _step(f"compile {target}", argv, env, runner)
+        _step(f"compile {target}", _compile_argv(env, model, target, out), env, runner)
+        metadata = json.loads((Path(out) / "metadata.json").read_text())
+        latency = _latency(env, out, runner) if _runs_here(metadata) else None
+        rows.append({"target": target, "target_name": metadata["build"]["target_name"], "artifact": out,
+                     "metadata": str(Path(out) / "metadata.json"), "library": str(Path(out) / metadata["library"]["file"]),
+                     "sha256": metadata["library"]["sha256"], "size": metadata["library"]["size"],
+                     "precision": metadata["model"]["precision"], "fingerprint": metadata["model"]["fingerprint"],
+                     "latency_ms": latency})
         artifacts.append(out)
-    outputs = {"artifacts": json.dumps(artifacts)}
+    first = rows[0]
+    outputs = {"artifacts": json.dumps(artifacts), "results": json.dumps(rows),
+               "artifact-path": first["artifact"], "metadata-path": first["metadata"],
+               "library-sha256": first["sha256"],
+               "latency-ms": "" if first["latency_ms"] is None else f"{first['latency_ms']:.3f}"}
     result = None
     if version:
-        dist = get_input(env, "output", "dist")
+        dist = get_input(env, "dist", "dist") or "dist"
         report = work / "publish.json"
         argv = ["publish", *artifacts, "--version", version, "-o", dist, "--force", "--json", str(report)]
         argv += [arg for bench in _list(get_input(env, "bench")) for arg in ("--bench", bench)]
@@ -141,7 +227,7 @@ def run_action(env: Mapping[str, str], runner: Runner = _run) -> dict[str, str]:
                         "release-notes": result["release_notes"], "sha256sums": result["sha256sums"]})
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as handle:
-            handle.write(_summary(targets, artifacts, result))
+            handle.write(_summary(rows, _operators(env, model, runner), result))
     return outputs
 
 

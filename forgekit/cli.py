@@ -629,6 +629,79 @@ def targets(
         print(f"{tag:40s} {text}" if verbose else tag)
 
 
+# --------------------------------------------------------------------------- images
+images_app = typer.Typer(help="Build forgekit's Docker images (offline, from a host-side wheelhouse).",
+                         no_args_is_help=True)
+app.add_typer(images_app, name="images")
+
+
+@images_app.command("list")
+@_command
+def images_list() -> None:
+    """List the images, their Dockerfiles and what they are for."""
+    from .images import IMAGES
+
+    for name, spec in IMAGES.items():
+        print(f"{name:9s} {spec.dockerfile:28s} {spec.description}")
+
+
+@images_app.command("wheelhouse")
+@_command
+def images_wheelhouse(
+    dest: Annotated[str, typer.Argument(help="Directory to fill with wheels.")],
+    image: Annotated[Optional[list[str]], typer.Option("--image", help="Images whose extra wheels to include "
+                                                       "(repeatable; default cpu).")] = None,
+    platform: Annotated[Optional[str], typer.Option("--platform", help="pip platform tag of the image, e.g. "
+                                                    "manylinux_2_28_aarch64 (default: this machine's).")] = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Replace an existing directory.")] = False,
+) -> None:
+    """Download forgekit's wheels (and build forgekit's own) for offline image builds."""
+    from .images import build_wheelhouse
+
+    build_wheelhouse(dest, images=image or ["cpu"], platform=platform, force=force)
+
+
+@images_app.command("debootstrap")
+@_command
+def images_debootstrap(
+    tag: Annotated[str, typer.Argument(help="Tag of the base image to create, e.g. local/bookworm-python:3.11.")],
+    rootfs_tar: Annotated[Optional[str], typer.Option("--rootfs-tar", help="Keep (and reuse) the rootfs "
+                                                      "tarball here.")] = None,
+    mirror: Annotated[str, typer.Option("--mirror", help="Debian mirror.")] = "http://deb.debian.org/debian",
+) -> None:
+    """Make a Python 3.11 Debian base image without any registry (debootstrap + docker import; root)."""
+    from .images import debootstrap_base
+
+    print(f"base image: {debootstrap_base(tag, rootfs_tar=rootfs_tar, mirror=mirror)}")
+
+
+@images_app.command("build")
+@_command
+def images_build(
+    name: Annotated[str, typer.Argument(help="Image: base, cpu, cuda, aarch64, android, cuda-gpu or ti.")],
+    wheelhouse: Annotated[Optional[str], typer.Option("--wheelhouse", help="Wheelhouse from 'forgekit images "
+                                                      "wheelhouse'.")] = None,
+    base_image: Annotated[Optional[str], typer.Option("--base-image", help="Python 3.11 Debian image to start "
+                                                      "from (default python:3.11.11-slim-bookworm).")] = None,
+    tag: Annotated[Optional[str], typer.Option("--tag", help="Image tag (default forgekit/NAME:VERSION).")] = None,
+    build_arg: Annotated[Optional[list[str]], typer.Option("--build-arg", help="KEY=VALUE for docker build "
+                                                           "(repeatable).")] = None,
+    tidl: Annotated[Optional[str], typer.Option("--tidl", help="TI's tidl_tools.tar.gz (ti image).")] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Also rebuild the images it is built on.")] = False,
+) -> None:
+    """Build an image (and the shared base it needs) with docker build."""
+    from .images import build_image
+
+    args = {}
+    for item in build_arg or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--build-arg '{item}' is not KEY=VALUE.")
+        args[key] = value
+    build_image(name, wheelhouse=wheelhouse, base_image=base_image, tag=tag, build_args=args, tidl=tidl,
+                rebuild_parents=rebuild)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
