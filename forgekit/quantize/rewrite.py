@@ -96,7 +96,10 @@ def _rewriter_class() -> Any:
             else:
                 sx = f32(plan.x_scale)
                 scaled = emit(op.multiply(x, f32(1.0 / plan.x_scale)))
-            xq = emit(op.astype(op.clip(op.round(scaled), lo, hi), plan.x_dtype))
+            # maximum/minimum rather than clip: clip has no layout inference, so ConvertLayout would wrap it
+            # in NHWC->NCHW->NHWC transposes that break the requantization out of the conv epilogue
+            clipped = op.minimum(op.maximum(op.round(scaled), f32(lo)), f32(hi))
+            xq = emit(op.astype(clipped, plan.x_dtype))
             if is_conv:
                 a = call.attrs
                 acc = emit(op.nn.conv2d(xq, relax.const(wq), strides=a.strides, padding=a.padding,
