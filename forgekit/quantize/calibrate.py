@@ -16,6 +16,9 @@ from . import graph
 from .samples import iterate
 from .stats import TensorStats
 
+#: calibration samples kept for the accuracy report (forgekit.quantize.report)
+KEPT_SAMPLES = 8
+
 if TYPE_CHECKING:
     from ..ir import IRModule
 
@@ -99,6 +102,9 @@ def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, u
         if run is None:
             run, calib.device = build_runner(mod, use_cuda)
         result = run(inputs)
+        kept = calib.extra.setdefault("samples", [])
+        if len(kept) < KEPT_SAMPLES:  # for the accuracy report and max_accuracy_drop
+            kept.append(inputs)
         for p, tensor in enumerate(result[1]):
             if p in unique_stats:
                 unique_stats[p].update(tensor.numpy())
