@@ -295,3 +295,51 @@ def test_cli_compile_quantized(tmp_path) -> None:
     assert rep.returncode == 0, rep.stderr
     data = json.loads((tmp_path / "rep.json").read_text())
     assert data["metric"] == "top1_agreement" and len(data["layers"]) == 4 and "cos" in rep.stdout
+
+
+# ----------------------------------------------------------------------------- pre-quantized ONNX
+def _ort(path, x):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
+def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from forgekit import schedules
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter([{"x": x} for x in samples(4)])
+
+        def get_next(self):  # noqa: ANN201
+            return next(self.it, None)
+
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_qdq.onnx"
+    onnx.save(make_cnn(), src)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
+    ir = forgekit.from_onnx(dst)
+    schedules.STATS.clear()
+    f = ir.get_inference_function("host")
+    # the two regular convs and the matmul run on the VNNI kernels (the depthwise one on the generic rule)
+    assert list(schedules.STATS.values()).count("gemm_int8_vnni") == 3
+    for x in samples(2, seed=9):
+        expected = _ort(dst, x)
+        np.testing.assert_allclose(f(x), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_ort_dynamic_conv_integer_and_matmul_integer(tmp_path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_dyn.onnx"
+    onnx.save(make_cnn(), src)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Conv"])
+    ops = {n.op_type for n in onnx.load(dst).graph.node}
+    assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"} <= ops
+    f = forgekit.from_onnx(dst).get_inference_function("host")
+    for x in samples(2, seed=9):
+        expected = _ort(dst, x)
+        np.testing.assert_allclose(f(x), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
