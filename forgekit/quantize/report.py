@@ -2,7 +2,8 @@
 
 Per quantizable op: cosine similarity and SNR (dB) between the fp32 and the quantized op output on the
 same inputs (errors of earlier layers included, as at deployment).  Outputs: top-1 agreement for
-classifier-shaped outputs (``[N, classes]``), mean cosine otherwise.  The *accuracy drop* is
+classifier-shaped outputs (``[N, classes]``), mean cosine otherwise (also for L2-normalized
+``[N, D]`` embeddings).  The *accuracy drop* is
 ``1 - agreement`` of the first output.
 
 :func:`quantize_within_budget` keeps layers in fp32, lowest SNR first (1, 2, 4, ... layers), until the
@@ -57,6 +58,15 @@ def _snr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if err == 0 else 10 * np.log10(max(sig, 1e-30) / err)
 
 
+def _is_classifier(outputs: Sequence[np.ndarray]) -> bool:
+    """``[N, classes]`` scores, except L2-normalized rows: those are embeddings, compared by cosine."""
+    first = outputs[0]
+    if first.ndim != 2 or first.shape[1] < 2:
+        return False
+    norms = np.linalg.norm(first.astype(np.float64), axis=1)
+    return not np.allclose(norms, 1.0, atol=1e-3)
+
+
 def compare(float_mod: Any, quant_mod: Any, samples: Sequence[list[np.ndarray]],
             kept: Sequence[int] = ()) -> dict[str, Any]:
     """The accuracy report of ``quant_mod`` against ``float_mod`` on ``samples``."""
@@ -77,7 +87,7 @@ def compare(float_mod: Any, quant_mod: Any, samples: Sequence[list[np.ndarray]],
         a = [r[0][k] for r in ref]
         b = [g[0][k] for g in got]
         entry: dict[str, Any] = {"index": k, "cosine": round(float(np.mean([_cos(x, y) for x, y in zip(a, b)])), 6)}
-        if a[0].ndim == 2 and a[0].shape[1] > 1:
+        if _is_classifier(a):
             agree = [np.mean(x.argmax(-1) == y.argmax(-1)) for x, y in zip(a, b)]
             entry["top1_agreement"] = round(float(np.mean(agree)), 6)
         outputs.append(entry)
