@@ -141,7 +141,8 @@ def build(seq: int = 32) -> onnx.ModelProto:
     count = node("ReduceSum", [maskf, const("ax1b", np.array([1], np.int64))], "count", keepdims=1)
     mean = node("Div", [summed, count], "mean")
     norm = node("ReduceL2", [mean, const("axm1", np.array([1], np.int64))], "norm", keepdims=1)
-    node("Div", [mean, node("Max", [norm, const("eps", np.float32(1e-12))], "norm_c")], "embedding")
+    # Clip, not Max: a 2-input Max imports as max(stack(...)), which forgekit's O3 layout pass rejects
+    node("Div", [mean, node("Clip", [norm, const("eps", np.float32(1e-12))], "norm_c")], "embedding")
     graph = helper.make_graph(nodes, "all-MiniLM-L6-v2",
                               [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq]),
                                helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, seq])],

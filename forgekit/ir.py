@@ -353,14 +353,16 @@ class IRModule:
 
     def quantize(self, activation_dtype: str = "int8", kernel_dtype: str | None = None, bias_dtype: str | None = None,
                  per_channel: bool = False, calib_method: str = "average", quant_type: str = "any", *,
-                 percentile: float = 99.0, max_accuracy_drop: float | None = None) -> None:
+                 percentile: float = 99.0, smoothing: float | None = 0.75,
+                 max_accuracy_drop: float | None = None) -> None:
         """Post-training quantization to integer conv2d/matmul (int32 accumulation), in place.
 
         ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (for tensors that are never negative;
         symmetric int8 elsewhere).  Weights are symmetric int8, per output channel with ``per_channel``.
         ``calib_method``: ``average``, ``entropy``, ``minmax`` or ``percentile`` (``percentile``=99).
         ``quant_type``: ``static`` (needs :meth:`calibrate`), ``dynamic`` (activation ranges at run time)
-        or ``any`` (static when calibrated).  ``max_accuracy_drop`` (e.g. 0.01) keeps the most sensitive
+        or ``any`` (static when calibrated).  ``smoothing`` (SmoothQuant's alpha, None to disable)
+        balances outlier input channels of matmuls into their weights.  ``max_accuracy_drop`` (e.g. 0.01) keeps the most sensitive
         layers in fp32 until the output agreement on the calibration samples is within the budget; the
         per-layer report is then in :attr:`quantization_report`.
         """
@@ -370,7 +372,7 @@ class IRModule:
             raise UsageError("The model is already quantized.")
         options = dict(activation_dtype=activation_dtype, kernel_dtype=kernel_dtype, bias_dtype=bias_dtype,
                        per_channel=per_channel, calib_method=calib_method, quant_type=quant_type,
-                       percentile=percentile)
+                       percentile=percentile, smoothing=smoothing)
         if max_accuracy_drop is not None:
             from .quantize import report
 

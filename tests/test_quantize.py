@@ -343,3 +343,33 @@ def test_ort_dynamic_conv_integer_and_matmul_integer(tmp_path) -> None:
     for x in samples(2, seed=9):
         expected = _ort(dst, x)
         np.testing.assert_allclose(f(x), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_smoothing_tames_outlier_channels_of_matmuls() -> None:
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((64, 32)) * 0.1).astype(np.float32)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    g = helper.make_graph([node], "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+
+    def data(n: int, seed: int) -> list[np.ndarray]:
+        r = np.random.default_rng(seed)
+        xs = [r.standard_normal((1, 16, 64)).astype(np.float32) for _ in range(n)]
+        for x in xs:
+            x[..., :2] *= 60.0  # two outlier channels, as after a transformer's LayerNorm
+        return xs
+
+    ir = forgekit.from_onnx(model)
+    ir.calibrate(data(4, 1))
+    x = data(1, 2)[0]
+    ref = ir.get_inference_function("host")(x)
+    plain, smooth = ir.copy(), ir.copy()
+    plain.quantize(per_channel=True, calib_method="minmax", smoothing=None)
+    smooth.quantize(per_channel=True, calib_method="minmax")
+    c_plain = cosine(plain.get_inference_function("host")(x), ref)
+    c_smooth = cosine(smooth.get_inference_function("host")(x), ref)
+    assert smooth.quantization["smoothing"] == 0.75 and plain.quantization["smoothing"] is None
+    assert c_smooth >= 0.999 and c_smooth > c_plain

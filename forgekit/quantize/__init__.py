@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..errors import UsageError
 from . import graph
 from .calibrate import Calibration, calibrate
@@ -34,7 +36,7 @@ def _check_choice(what: str, value: Any, valid: Any) -> None:
 
 def plan(ir: IRModule, calib: Calibration | None, *, activation_dtype: str = "int8", per_channel: bool = False,
          calib_method: str = "average", quant_type: str = "any", percentile: float = 99.0,
-         keep_fp32: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, OpPlan], str]:
+         keep_fp32: set[int] | frozenset[int] = frozenset(), smoothing: float | None = 0.75) -> tuple[dict[int, OpPlan], str]:
     """Per-op quantization plans and the effective quant type (``static`` or ``dynamic``)."""
     _check_choice("activation dtype", activation_dtype, DTYPE_RANGE)
     _check_choice("quantization type", quant_type, QUANT_TYPES)
@@ -44,6 +46,7 @@ def plan(ir: IRModule, calib: Calibration | None, *, activation_dtype: str = "in
                          "(CLI: --calib-data PATH), or use quant_type='dynamic'.")
     effective = "static" if quant_type == "static" or (quant_type == "any" and calib is not None) else "dynamic"
     ops = graph.describe(ir.mod["main"])
+    weights = [call.args[1].value.numpy() for _b, call in graph.quantizable(ir.mod["main"])]
     plans: dict[int, OpPlan] = {}
     for op in ops:
         if op.index in keep_fp32:
@@ -54,14 +57,34 @@ def plan(ir: IRModule, calib: Calibration | None, *, activation_dtype: str = "in
         stats = calib.stats[op.index]  # type: ignore[union-attr]
         dtype = "uint8" if activation_dtype == "uint8" and stats.non_negative else "int8"
         levels = DTYPE_RANGE[dtype][1]
-        t = threshold(calib_method, stats, levels, {"percentile": percentile})
-        plans[op.index] = OpPlan(t / levels, dtype, per_channel)
+        factors = _smoothing(stats, weights[op.index], smoothing) if op.op == "matmul" and smoothing else None
+        if factors is not None:
+            # the smoothed tensor has no outlier channels left to clip: its range is its max
+            t = float(np.max(stats.channel_absmax / factors))  # type: ignore[operator]
+        else:
+            t = threshold(calib_method, stats, levels, {"percentile": percentile})
+        plans[op.index] = OpPlan(max(t, 1e-8) / levels, dtype, per_channel, factors)
     return plans, effective
+
+
+def _smoothing(stats: Any, w: np.ndarray, alpha: float) -> np.ndarray | None:
+    """SmoothQuant's per-input-channel factors ``s_k = max|x_k|^a / max|W_k|^(1-a)`` for ``x @ W``.
+
+    Transformer activations carry a few channels 10-100x larger than the rest; a per-tensor int8 scale
+    either clips them or rounds every other channel to a handful of levels.  Dividing those channels by
+    ``s`` (and multiplying the matching weight rows) moves the difficulty into the per-channel weights.
+    """
+    if stats.channel_absmax is None or stats.channel_absmax.shape[0] != w.shape[0]:
+        return None
+    a = stats.channel_absmax.astype(np.float64)
+    wmax = np.abs(w).max(axis=1).astype(np.float64)
+    s = np.where((a > 0) & (wmax > 0), np.power(np.maximum(a, 1e-8), alpha) / np.power(np.maximum(wmax, 1e-8), 1 - alpha), 1.0)
+    return np.clip(s, 1e-4, 1e4).astype(np.float32)
 
 
 def quantize(ir: IRModule, calib: Calibration | None, *, activation_dtype: str = "int8", kernel_dtype: str | None = None,
              bias_dtype: str | None = None, per_channel: bool = False, calib_method: str = "average",
-             quant_type: str = "any", percentile: float = 99.0,
+             quant_type: str = "any", percentile: float = 99.0, smoothing: float | None = 0.75,
              keep_fp32: set[int] | frozenset[int] = frozenset()) -> tuple[Any, dict[str, Any]]:
     """The quantized Relax module of ``ir`` and the quantization parameters (for the metadata)."""
     _check_choice("kernel dtype", kernel_dtype, (None, "int8"))
@@ -71,7 +94,7 @@ def quantize(ir: IRModule, calib: Calibration | None, *, activation_dtype: str =
                          "calibrate again with reset=True.")
     plans, effective = plan(ir, calib, activation_dtype=activation_dtype, per_channel=per_channel,
                             calib_method=calib_method, quant_type=quant_type, percentile=percentile,
-                            keep_fp32=keep_fp32)
+                            keep_fp32=keep_fp32, smoothing=smoothing)
     ops = graph.describe(ir.mod["main"])
     info = {
         "activation_dtype": activation_dtype,
@@ -83,6 +106,7 @@ def quantize(ir: IRModule, calib: Calibration | None, *, activation_dtype: str =
         "quant_type": effective,
         "calibration_samples": calib.samples if calib is not None else 0,
         "quantized_ops": len(plans),
+        "smoothing": smoothing if any(p.smooth is not None for p in plans.values()) else None,
         "fp32_ops": [ops[i].name for i in sorted(keep_fp32) if i < len(ops)],
         "layers": [{"name": op.name, "op": op.op, "activation_dtype": plans[op.index].x_dtype,
                     "activation_scale": plans[op.index].x_scale} for op in ops if op.index in plans],

@@ -36,6 +36,8 @@ class OpPlan:
     x_scale: float | None
     x_dtype: str
     per_channel: bool
+    #: SmoothQuant factors per input channel of a matmul (x / s, s * W), None: no smoothing
+    smooth: np.ndarray | None = None
 
 
 def quantize_weight(w: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -85,6 +87,8 @@ def _rewriter_class() -> Any:
             f32 = lambda v: relax.const(np.asarray(v, np.float32))  # noqa: E731
             w = call.args[1].value.numpy()
             is_conv = call.op.name == "relax.nn.conv2d"
+            if plan.smooth is not None:  # (x / s) @ (s * W) == x @ W, with the outlier channels tamed
+                w = (w * plan.smooth[:, None]).astype(np.float32)
             wq, ws = quantize_weight(w if is_conv else w.T, plan.per_channel)
             if not is_conv:
                 wq = np.ascontiguousarray(wq.T)
@@ -95,7 +99,8 @@ def _rewriter_class() -> Any:
                 scaled = emit(op.divide(x, sx))
             else:
                 sx = f32(plan.x_scale)
-                scaled = emit(op.multiply(x, f32(1.0 / plan.x_scale)))
+                inv = 1.0 / plan.x_scale if plan.smooth is None else (1.0 / (plan.x_scale * plan.smooth))
+                scaled = emit(op.multiply(x, f32(np.asarray(inv, np.float32))))
             # maximum/minimum rather than clip: clip has no layout inference, so ConvertLayout would wrap it
             # in NHWC->NCHW->NHWC transposes that break the requantization out of the conv epilogue
             # floor(x + 0.5) rather than round: TVM lowers round to a scalar libm-style sequence that is

@@ -26,6 +26,8 @@ class TensorStats:
     count: int = 0
     hist_range: float = 0.0
     hist: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.float64))
+    #: max |x| per channel of the last axis (matmul inputs: the K channels SmoothQuant balances)
+    channel_absmax: np.ndarray | None = None
 
     def update(self, x: np.ndarray) -> None:
         """Add one observed value of the tensor."""
@@ -36,6 +38,12 @@ class TensorStats:
         self.min, self.max = min(self.min, lo), max(self.max, hi)
         absmax = max(abs(lo), abs(hi))
         self.absmax_sum += absmax
+        if x.ndim >= 2:
+            per_channel = np.abs(x.reshape(-1, x.shape[-1])).max(axis=0)
+            if self.channel_absmax is None or self.channel_absmax.shape != per_channel.shape:
+                self.channel_absmax = per_channel
+            else:
+                self.channel_absmax = np.maximum(self.channel_absmax, per_channel)
         self.count += 1
         if absmax > self.hist_range:
             self._rebin(absmax if self.hist_range == 0 else max(absmax, 2 * self.hist_range))
