@@ -6,8 +6,9 @@ classifier-shaped outputs (``[N, classes]``), mean cosine otherwise (also for L2
 ``[N, D]`` embeddings).  The *accuracy drop* is
 ``1 - agreement`` of the first output.
 
-:func:`quantize_within_budget` keeps layers in fp32, lowest SNR first (1, 2, 4, ... layers), until the
-drop on the calibration samples is within ``max_accuracy_drop``.
+:func:`quantize_within_budget` keeps layers in fp32, least precisely quantized input first (see
+:func:`local_snr`; 1, 3, 7, ... layers), until the drop on the calibration samples is within
+``max_accuracy_drop``.
 """
 
 from __future__ import annotations
@@ -109,10 +110,32 @@ def accuracy_report(ir: IRModule, samples: Sequence[list[np.ndarray]] | None = N
     return compare(ir._float_mod, ir.mod, samples, kept)
 
 
+def local_snr(calib: Calibration | None, plans: dict[int, Any], index: int) -> float:
+    """SNR (dB) of quantizing op ``index``'s input alone, estimated from its calibration histogram:
+    rounding noise ``scale^2 / 12`` inside the range plus the clipped excess outside it.  Unlike the
+    per-layer SNR of the report it excludes the error inherited from earlier layers, so it ranks which
+    layers to keep in fp32."""
+    from .stats import BINS
+
+    plan = plans.get(index)
+    if calib is None or plan is None or plan.x_scale is None:
+        return float("inf")
+    stats = calib.stats[index]
+    centers = (np.arange(BINS) + 0.5) * (stats.hist_range / BINS)
+    power = float(np.sum(stats.hist * centers ** 2))
+    scale = plan.x_scale if plan.smooth is None else plan.x_scale * float(np.mean(plan.smooth))
+    limit = plan.x_scale * (255 if plan.x_dtype == "uint8" else 127)
+    if plan.smooth is not None:
+        limit = float("inf")  # smoothed ranges are the calibrated maxima: nothing is clipped
+    inside = centers <= limit
+    noise = float(np.sum(stats.hist[inside]) * scale ** 2 / 12 + np.sum(stats.hist[~inside] * (centers[~inside] - limit) ** 2))
+    return 10 * np.log10(max(power, 1e-30) / max(noise, 1e-30))
+
+
 def quantize_within_budget(ir: IRModule, calib: Calibration | None, budget: float,
                            options: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Quantize, keeping the lowest-SNR layers in fp32 until the accuracy drop is at most ``budget``."""
-    from . import quantize
+    from . import plan as quantize_plan, quantize
 
     if not 0 <= budget <= 1:
         raise UsageError(f"max_accuracy_drop must be a fraction between 0 and 1 (e.g. 0.01), got {budget}.")
@@ -123,7 +146,8 @@ def quantize_within_budget(ir: IRModule, calib: Calibration | None, budget: floa
     kept: list[int] = []
     mod, info = quantize(ir, calib, **options)
     rep = compare(ir.mod, mod, samples)
-    order = sorted(range(n_ops), key=lambda i: rep["layers"][i]["snr_db"])
+    plans, _ = quantize_plan(ir, calib, **{k: v for k, v in options.items() if k not in ("kernel_dtype", "bias_dtype")})
+    order = sorted(range(n_ops), key=lambda i: local_snr(calib, plans, i))
     step = 1
     while rep["accuracy_drop"] > budget and len(kept) < n_ops:
         kept = order[:min(n_ops, len(kept) + step)]

@@ -88,7 +88,13 @@ def _rewriter_class() -> Any:
             w = call.args[1].value.numpy()
             is_conv = call.op.name == "relax.nn.conv2d"
             if plan.smooth is not None:  # (x / s) @ (s * W) == x @ W, with the outlier channels tamed
-                w = (w * plan.smooth[:, None]).astype(np.float32)
+                if not is_conv:
+                    w = w * plan.smooth[:, None]
+                elif int(call.attrs.groups) == 1:
+                    w = w * plan.smooth[None, :, None, None]
+                else:  # depthwise: filter c reads input channel c only
+                    w = w * plan.smooth[:, None, None, None]
+                w = w.astype(np.float32)
             wq, ws = quantize_weight(w if is_conv else w.T, plan.per_channel)
             if not is_conv:
                 wq = np.ascontiguousarray(wq.T)
@@ -100,6 +106,8 @@ def _rewriter_class() -> Any:
             else:
                 sx = f32(plan.x_scale)
                 inv = 1.0 / plan.x_scale if plan.smooth is None else (1.0 / (plan.x_scale * plan.smooth))
+                if plan.smooth is not None and is_conv:
+                    inv = inv.reshape(1, -1, 1, 1)
                 scaled = emit(op.multiply(x, f32(np.asarray(inv, np.float32))))
             # maximum/minimum rather than clip: clip has no layout inference, so ConvertLayout would wrap it
             # in NHWC->NCHW->NHWC transposes that break the requantization out of the conv epilogue

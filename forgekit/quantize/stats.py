@@ -28,6 +28,8 @@ class TensorStats:
     hist: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.float64))
     #: max |x| per channel of the last axis (matmul inputs: the K channels SmoothQuant balances)
     channel_absmax: np.ndarray | None = None
+    #: max |x| per channel of axis 1 of 4-D tensors (conv inputs in NCHW)
+    axis1_absmax: np.ndarray | None = None
 
     def update(self, x: np.ndarray) -> None:
         """Add one observed value of the tensor."""
@@ -38,6 +40,10 @@ class TensorStats:
         self.min, self.max = min(self.min, lo), max(self.max, hi)
         absmax = max(abs(lo), abs(hi))
         self.absmax_sum += absmax
+        if x.ndim == 4:
+            c1 = np.abs(x).max(axis=(0, 2, 3))
+            same = self.axis1_absmax is not None and self.axis1_absmax.shape == c1.shape
+            self.axis1_absmax = np.maximum(self.axis1_absmax, c1) if same else c1
         if x.ndim >= 2:
             per_channel = np.abs(x.reshape(-1, x.shape[-1])).max(axis=0)
             if self.channel_absmax is None or self.channel_absmax.shape != per_channel.shape:
