@@ -44,7 +44,8 @@ class _Built:
 def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.ndarray]], Any], str]:
     """Compile ``mod`` for this machine and return ``run(inputs) -> raw VM result`` and the device name.
 
-    ``use_cuda`` uses the first CUDA GPU when there is one and silently falls back to the CPU otherwise.
+    ``use_cuda`` uses the first CUDA GPU when there is one and silently falls back to the CPU otherwise
+    (also when the GPU build fails; the GPU path is untested on the CPU-only development machine).
     """
     import tvm
     from tvm import relax
@@ -52,15 +53,18 @@ def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.nd
     from ..pipeline import build_executable
     from ..targets import parse_target
 
-    device, spec = tvm.cpu(), parse_target("host")
+    vm = None
     if use_cuda:
         try:
             if tvm.cuda(0).exist:
-                device, spec = tvm.cuda(0), parse_target("cuda")
-        except Exception:  # noqa: BLE001 - no CUDA runtime: CPU it is
-            pass
-    opt = 3 if spec.is_cpu else 2
-    vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=opt), device)
+                spec = parse_target("cuda")
+                vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=2), tvm.cuda(0))
+                device = tvm.cuda(0)
+        except Exception:  # noqa: BLE001 - no CUDA runtime, or the GPU build failed: the CPU does it
+            vm = None
+    if vm is None:
+        device, spec = tvm.cpu(), parse_target("host")
+        vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=3), device)
 
     def run(inputs: list[np.ndarray]) -> Any:
         return vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
