@@ -59,7 +59,14 @@ def main() -> None:
     parser.add_argument("--tune-trials", type=int, default=None, help="MetaSchedule trials per model (with records).")
     parser.add_argument("--records", default=None, help="Tuning records directory (default: the user cache).")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--quantize", action="store_true", help="int8 vs fp32 vs onnxruntime (bench_quantize.py).")
+    import bench_quantize
+
+    bench_quantize.add_arguments(parser)
     args = parser.parse_args()
+    if args.quantize:
+        bench_quantize.run([m for m in args.models if (HERE / "models" / f"{m}.onnx").exists() or "." in m], args)
+        return
 
     import forgekit as forge
     from forgekit.bench import benchmark_artifact, markdown_table

@@ -241,6 +241,25 @@ def _tuning_progress(trials: int | None) -> Iterator[Any]:
         yield update
 
 
+# --------------------------------------------------------------------------- quantization options
+QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="Quantize conv/matmul: int8 or uint8 activations.")]
+CalibDataOpt = Annotated[Optional[str], typer.Option("--calib-data", help="Calibration samples: .npy, .npz or a folder.")]
+CalibMethodOpt = Annotated[str, typer.Option("--calib-method", help="average, entropy, minmax or percentile.")]
+PerChannelOpt = Annotated[bool, typer.Option("--per-channel", help="One weight scale per output channel.")]
+QuantTypeOpt = Annotated[str, typer.Option("--quant-type", help="static (needs --calib-data), dynamic or any.")]
+MaxDropOpt = Annotated[Optional[float], typer.Option("--max-accuracy-drop", help="Keep the most sensitive layers in "
+                                                     "fp32 until the drop (e.g. 0.01) is met on the calibration data.")]
+
+
+def quantize_ir(ir: Any, dtype: str, calib_data: str | None, method: str, per_channel: bool, quant_type: str,
+                max_drop: float | None) -> None:
+    """Calibrate (when data is given) and quantize ``ir`` in place: the CLI's --quantize."""
+    if calib_data is not None:
+        ir.calibrate(calib_data)
+    ir.quantize(activation_dtype=dtype, per_channel=per_channel, calib_method=method, quant_type=quant_type,
+                max_accuracy_drop=max_drop)
+
+
 @app.command()
 @_command
 def compile(  # noqa: A001 - the verb users type
@@ -270,6 +289,12 @@ def compile(  # noqa: A001 - the verb users type
     rpc_tracker: RpcTrackerOpt = None,
     rpc_key: RpcKeyOpt = None,
     rpc_host: RpcHostOpt = None,
+    quantize: QuantizeOpt = None,
+    calib_data: CalibDataOpt = None,
+    calib_method: CalibMethodOpt = "average",
+    per_channel: PerChannelOpt = False,
+    quant_type: QuantTypeOpt = "any",
+    max_accuracy_drop: MaxDropOpt = None,
 ) -> None:
     """Compile a model into an artifact directory (model_library.so + metadata.json)."""
     from .ir import from_onnx
@@ -283,6 +308,10 @@ def compile(  # noqa: A001 - the verb users type
 
     tuning_rpc = RpcConfig.from_options(rpc_tracker, rpc_key, rpc_host)  # measure tuning trials on that board
     ir = from_onnx(path, parse_shapes(input_shape))
+    if quantize is not None:
+        quantize_ir(ir, quantize, calib_data, calib_method, per_channel, quant_type, max_accuracy_drop)
+    elif calib_data is not None:
+        raise UsageError("--calib-data needs --quantize int8|uint8.")
     with _tuning_progress(tune_trials) as progress:
         result = ir.compile(target=target, host=host, output_path=output, opt_level=opt_level, set_float16=float16,
                             set_channel_layout=layout, export_relay=export_ir, export_metadata=export_metadata,
@@ -705,3 +734,35 @@ def images_build(
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+# --------------------------------------------------------------------------- quantize-report
+@app.command("quantize-report")
+@_command
+def quantize_report(
+    model: Annotated[str, typer.Argument(help="ONNX file or sample:NAME.")],
+    calib_data: Annotated[str, typer.Option("--calib-data", help="Calibration samples: .npy, .npz or a folder.")],
+    quantize: Annotated[str, typer.Option("--quantize", help="int8 or uint8 activations.")] = "int8",
+    calib_method: CalibMethodOpt = "average",
+    per_channel: PerChannelOpt = False,
+    quant_type: QuantTypeOpt = "any",
+    max_accuracy_drop: MaxDropOpt = None,
+    input_shape: ShapeOpt = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Also write the report as JSON.")] = None,
+) -> None:
+    """Quantize a model and print per-layer cosine/SNR against fp32 and the output agreement."""
+    import json
+
+    from .ir import from_onnx
+    from .quantize.report import accuracy_report
+
+    ir = from_onnx(model, parse_shapes(input_shape))
+    quantize_ir(ir, quantize, calib_data, calib_method, per_channel, quant_type, max_accuracy_drop)
+    rep = ir.quantization_report or accuracy_report(ir)
+    for layer in rep["layers"]:
+        print(f"{layer['name']:24s} {layer['op']:7s} {layer['precision']:8s} cos {layer['cosine']:.5f}  "
+              f"snr {layer['snr_db']:7.2f} dB")
+    print(f"{rep['metric']}: {rep['agreement']:.5f} (drop {rep['accuracy_drop']:.5f}) on {rep['samples']} samples; "
+          f"fp32 layers: {', '.join(rep['fp32_layers']) or 'none'}")
+    if output:
+        Path(output).write_text(json.dumps(rep, indent=2) + "\n")

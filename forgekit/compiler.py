@@ -273,6 +273,7 @@ def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fc
             "hash": f"{ir.structural_hash():016x}",
             "fingerprint": ir.fingerprint,
             "precision": "float16" if set_float16 else ir.precision,
+            "quantization": ir.quantization,  # None unless ir.quantize() ran (forgekit.quantize)
             "layout": "NHWC" if layout == "last" else "NCHW",
             "inputs": [t.to_dict() for t in ir.input_nodes],
             "outputs": [t.to_dict() for t in ir.output_nodes],
@@ -301,6 +302,8 @@ def _write_artifact(tmp: Path, output: Path, ir: Any, spec: Any, family: Any, fc
         (tmp / "model.relax.py").write_text(ir.mod.script(show_meta=False))
     if staging is not None:
         shutil.copytree(staging, tmp / staging.name)
+    if ir.quantization_report is not None:  # per-layer fp32-vs-int8 agreement (forgekit.quantize.report)
+        (tmp / "quantization_report.json").write_text(json.dumps(ir.quantization_report, indent=2) + "\n")
     if export_metadata:
         report_data = {"operators": ir.operators, "passes": report.passes, "seconds": report.seconds,
                        "schedule_rules": report.schedule_rules, "tuning": report.tuning}

@@ -251,6 +251,9 @@ def to_relax(source: OnnxSource) -> tuple[Any, list[TensorInfo], list[TensorInfo
     missing = unsupported_ops(prepared)
     if missing:
         raise UnsupportedOperatorsError(missing, where)
+    from .importer.qdq import fuse_qdq
+
+    prepared = fuse_qdq(prepared)  # QDQ conv/matmul -> ConvInteger/MatMulInteger (the integer path)
 
     inputs = graph_inputs(prepared)
     symbols: dict[str, Any] = {}

@@ -113,7 +113,7 @@ class IRModule:
         self._output_names = list(output_names) if output_names and len(output_names) == len(outs) \
             else [f"output_{i}" for i in range(len(outs))]
         self._source = source
-        self._calibration: dict[str, Any] | None = None
+        self._calibration: Any = None  # forgekit.quantize.Calibration
         self._quantized = False
         self._split = False
 
@@ -256,7 +256,7 @@ class IRModule:
     def precision(self) -> str:
         """``int8``/``uint8`` when quantized, else the dtype of the first floating input."""
         if self._quantized:
-            return "int8"
+            return str(self._quant_info["activation_dtype"])
         floats = [d for d in self.input_dtypes if d.startswith(("float", "bfloat"))]
         return floats[0] if floats else "float32"
 
@@ -336,17 +336,80 @@ class IRModule:
         self._mod = relax.transform.BindSymbolicVars(symbolic)(self._mod) if symbolic else self._mod
         return self
 
-    def calibrate(self, *args: Any, **kwargs: Any) -> None:
-        """Collect activation statistics for quantization (not available yet in this version)."""
-        raise NotAvailableError("Calibration is not available in this forgekit version yet.")
+    def calibrate(self, calib_data: Any, reset: bool = True, use_cuda: bool = True) -> None:
+        """Run the model on ``calib_data`` and record activation statistics for :meth:`quantize`.
 
-    def quantize(self, *args: Any, **kwargs: Any) -> None:
-        """Post-training quantization (not available yet in this version)."""
-        raise NotAvailableError("Quantization is not available in this forgekit version yet.")
+        ``calib_data``: an iterable of samples (one array, a tuple of arrays in input order, or a dict
+        by input name), a stacked array, or a ``.npy``/``.npz`` file or folder path.  ``reset=False`` adds
+        to the statistics of an earlier call.  ``use_cuda`` runs on a CUDA GPU when there is one (CPU
+        otherwise, silently).  See :mod:`forgekit.quantize`.
+        """
+        from . import quantize as q
+
+        if self._quantized:
+            raise UsageError("The model is already quantized: calibrate the float model before quantize().")
+        previous = None if reset else self._calibration
+        self._calibration = q.calibrate(self, calib_data, previous=previous, use_cuda=use_cuda)
+
+    def quantize(self, activation_dtype: str = "int8", kernel_dtype: str | None = None, bias_dtype: str | None = None,
+                 per_channel: bool = False, calib_method: str = "average", quant_type: str = "any", *,
+                 percentile: float = 99.0, smoothing: float | None = 0.75,
+                 max_accuracy_drop: float | None = None) -> None:
+        """Post-training quantization to integer conv2d/matmul (int32 accumulation), in place.
+
+        ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (for tensors that are never negative;
+        symmetric int8 elsewhere).  Weights are symmetric int8, per output channel with ``per_channel``.
+        ``calib_method``: ``average``, ``entropy``, ``minmax`` or ``percentile`` (``percentile``=99).
+        ``quant_type``: ``static`` (needs :meth:`calibrate`), ``dynamic`` (activation ranges at run time)
+        or ``any`` (static when calibrated).  ``smoothing`` (SmoothQuant's alpha, None to disable)
+        balances outlier input channels of matmuls into their weights.  ``max_accuracy_drop`` (e.g. 0.01) keeps the most sensitive
+        layers in fp32 until the output agreement on the calibration samples is within the budget; the
+        per-layer report is then in :attr:`quantization_report`.
+        """
+        from . import quantize as q
+
+        if self._quantized:
+            raise UsageError("The model is already quantized.")
+        options = dict(activation_dtype=activation_dtype, kernel_dtype=kernel_dtype, bias_dtype=bias_dtype,
+                       per_channel=per_channel, calib_method=calib_method, quant_type=quant_type,
+                       percentile=percentile, smoothing=smoothing)
+        if max_accuracy_drop is not None:
+            from .quantize import report
+
+            mod, info, self._quant_report = report.quantize_within_budget(self, self._calibration, max_accuracy_drop,
+                                                                          options)
+        else:
+            mod, info = q.quantize(self, self._calibration, **options)
+        self._float_mod = self._mod
+        self._mod, self._quant_info, self._quantized = mod, info, True
+
+    @property
+    def quantization(self) -> dict[str, Any] | None:
+        """The quantization parameters (dtypes, method, type, per-layer scales), None before :meth:`quantize`."""
+        return getattr(self, "_quant_info", None)
+
+    @property
+    def quantization_report(self) -> dict[str, Any] | None:
+        """Per-layer fp32-vs-quantized agreement from ``quantize(max_accuracy_drop=...)`` or
+        :func:`forgekit.quantize.report.accuracy_report`."""
+        return getattr(self, "_quant_report", None)
 
     def split_tensors(self, force: bool = False) -> None:
-        """Split large convolution weights (not available yet in this version)."""
-        raise NotAvailableError("split_tensors is not available in this forgekit version yet.")
+        """Split large conv weight tensors in two along the output channels (Forge's ``split_tensors``).
+
+        Raises when calibration data exists (the op numbering would no longer match) unless ``force``,
+        which drops the calibration.
+        """
+        from .quantize import split
+
+        if self._calibration is not None and not force:
+            raise UsageError("split_tensors would invalidate the calibration data: call it before calibrate(), "
+                             "or pass force=True to drop the calibration.")
+        if self._quantized:
+            raise UsageError("split_tensors must run before quantize().")
+        self._mod = split.split_tensors(self._mod)
+        self._calibration = None
+        self._split = True
 
     # ------------------------------------------------------------------ execution
     def get_inference_function(self, target: Any = "llvm", opt_level: int = 3) -> Callable[..., Any]:

@@ -140,10 +140,15 @@ def test_load_errors(tmp_path) -> None:
         forge.from_onnx(tmp_path)
 
 
-def test_not_yet_available_features_say_so(ir) -> None:
-    for call in (lambda: ir.calibrate([]), lambda: ir.quantize(), lambda: ir.split_tensors()):
-        with pytest.raises(NotAvailableError):
-            call()
+def test_quantization_entry_points_delegate_to_forgekit_quantize(ir) -> None:
+    # the behaviour itself is tested in tests/test_quantize.py
+    clone = ir.copy()
+    with pytest.raises(UsageError, match="Calibration data is empty"):
+        clone.calibrate([])
+    with pytest.raises(UsageError, match="needs calibration data"):
+        clone.quantize(quant_type="static")
+    clone.split_tensors()
+    assert clone.is_split_tensors and not ir.is_split_tensors
 
 
 def test_forgekit_import_is_lazy() -> None:

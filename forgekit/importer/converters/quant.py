@@ -138,11 +138,43 @@ class QLinearConv(OnnxOpConverter):
         return _requantize(bb, acc, mult, yzp, _out_dtype(yzp, dtype_of(x)))
 
 
+def _fast_int_matmul(bb, a, b, a_zp, b_zp):
+    """8-bit ``a @ B`` with int32 accumulation on the 8-bit operands (the VNNI kernels' input).
+
+    Valid for a constant 2-D ``B`` with zero ``b_zp`` and a scalar ``a_zp`` (constant, or computed at
+    run time as ``DynamicQuantizeLinear`` does): ``(a - za) @ B = a @ B - za * colsum(B)``.
+    """
+    bv = const_value(b)
+    bzv = const_value(b_zp) if b_zp is not None else np.zeros((), np.int32)
+    if bv is None or bv.ndim != 2 or bzv is None or np.any(bzv != 0) or str(bv.dtype) != "int8":
+        return None
+    if dtype_of(a) not in ("uint8", "int8") or (a_zp is not None and ndim_of(a_zp) > 0 and
+                                                 int(np.prod([int(d) for d in a_zp.ty.shape.values])) != 1):
+        return None
+    op = relax.op
+    acc = op.matmul(a, relax.const(bv), out_dtype="int32")
+    if a_zp is None:
+        return acc
+    colsum = relax.const(bv.astype(np.int64).sum(axis=0).astype(np.int32))
+    za = op.reshape(_i32(a_zp), []) if ndim_of(a_zp) > 0 else _i32(a_zp)
+    return op.subtract(acc, op.multiply(colsum, za))
+
+
+class MatMulInteger(OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        a, b, a_zp, b_zp = _pad(inputs, 4)[:4]
+        fast = _fast_int_matmul(bb, a, b, a_zp, b_zp)
+        if fast is not None:
+            return fast
+        return _fe.MatMulInteger._impl_v10(bb, [a, b, a_zp, b_zp], attr, params)
+
+
 class QLinearMatMul(OnnxOpConverter):
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
         a, a_s, a_zp, b, b_s, b_zp, ys, yzp = list(inputs)[:8]
-        acc = _fe.MatMulInteger._impl_v10(bb, [a, b, a_zp, b_zp], attr, params)
+        acc = MatMulInteger._impl_v10(bb, [a, b, a_zp, b_zp], attr, params)
         op = relax.op
         b_s = bb.normalize(op.astype(b_s, "float32"))
         a_s = bb.normalize(op.astype(a_s, "float32"))
@@ -313,6 +345,7 @@ CONVERTERS = {
     "ConvInteger": ConvInteger,
     "QLinearConv": QLinearConv,
     "QLinearMatMul": QLinearMatMul,
+    "MatMulInteger": MatMulInteger,
     "QLinearAdd": QLinearAdd,
     "QLinearMul": QLinearMul,
     "QLinearSigmoid": QLinearSigmoid,

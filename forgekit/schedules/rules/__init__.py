@@ -7,9 +7,10 @@ into ``RULES``.
 from .conv2d import Conv2DRule
 from .elementwise import ElementwiseRule
 from .fallback import FallbackRule
+from .gemm_int8 import GemmInt8Rule
 from .matmul import MatmulRule
 from .pool import PoolRule
 from .reduction import ReductionRule
 
-RULES = [Conv2DRule(), MatmulRule(), PoolRule(), ReductionRule(), ElementwiseRule(),
+RULES = [GemmInt8Rule(), Conv2DRule(), MatmulRule(), PoolRule(), ReductionRule(), ElementwiseRule(),
          FallbackRule()]

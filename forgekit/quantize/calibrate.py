@@ -1,0 +1,119 @@
+"""Calibration: run the model on samples and record statistics of every quantizable op's input.
+
+The module is rewritten so ``main`` also returns those tensors (:func:`graph.expose`) and then built
+with the normal scheduled pipeline, so calibrating costs about one fast inference per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import UsageError
+from . import graph
+from .samples import iterate
+from .stats import TensorStats
+
+#: calibration samples kept for the accuracy report (forgekit.quantize.report)
+KEPT_SAMPLES = 8
+
+if TYPE_CHECKING:
+    from ..ir import IRModule
+
+
+@dataclass
+class Calibration:
+    """Statistics per quantizable op (op index -> stats of its data input) and what was calibrated."""
+
+    ops: list[graph.QuantOp]
+    stats: list[TensorStats]
+    samples: int = 0
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Built:
+    """Just enough of an IRModule for :func:`forgekit.pipeline.build_executable`."""
+
+    def __init__(self, mod: Any) -> None:
+        self.mod = mod
+
+
+def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.ndarray]], Any], str]:
+    """Compile ``mod`` for this machine and return ``run(inputs) -> raw VM result`` and the device name.
+
+    ``use_cuda`` uses the first CUDA GPU when there is one and silently falls back to the CPU otherwise
+    (also when the GPU build fails; the GPU path is untested on the CPU-only development machine).
+    """
+    import tvm
+    from tvm import relax
+
+    from ..pipeline import build_executable
+    from ..targets import parse_target
+
+    vm = None
+    if use_cuda:
+        try:
+            if tvm.cuda(0).exist:
+                spec = parse_target("cuda")
+                vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=2), tvm.cuda(0))
+                device = tvm.cuda(0)
+        except Exception:  # noqa: BLE001 - no CUDA runtime, or the GPU build failed: the CPU does it
+            vm = None
+    if vm is None:
+        device, spec = tvm.cpu(), parse_target("host")
+        vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=3), device)
+
+    def run(inputs: list[np.ndarray]) -> Any:
+        return vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
+
+    return run, "cuda" if spec.kind == "cuda" else "cpu"
+
+
+def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, use_cuda: bool = True) -> Calibration:
+    """Feed every sample of ``data`` through ``ir`` and return the updated :class:`Calibration`."""
+    func = ir.mod["main"]
+    ops = graph.describe(func)
+    if not ops:
+        raise UsageError("The model has no conv2d or matmul with constant weights: nothing to calibrate.")
+    slots: list[int] = []
+
+    def pick(flat: Any) -> Sequence[Any]:
+        unique: list[Any] = []
+        for _binding, call in graph.quantizable(flat):
+            var = call.args[0]
+            pos = next((i for i, u in enumerate(unique) if u.same_as(var)), None)
+            if pos is None:
+                unique.append(var)
+                pos = len(unique) - 1
+            slots.append(pos)
+        return unique
+
+    mod, _n = graph.expose(ir.mod, pick)
+    calib = previous if previous is not None and len(previous.ops) == len(ops) else Calibration(ops, [])
+    unique_stats = {}
+    if not calib.stats:
+        unique_stats = {p: TensorStats() for p in set(slots)}
+        calib.stats = [unique_stats[p] for p in slots]
+    else:
+        for p, s in zip(slots, calib.stats):
+            unique_stats.setdefault(p, s)
+    run = None
+    count = 0
+    for inputs in iterate(data, ir.input_names, ir.input_shapes, ir.input_dtypes):
+        if run is None:
+            run, calib.device = build_runner(mod, use_cuda)
+        result = run(inputs)
+        kept = calib.extra.setdefault("samples", [])
+        if len(kept) < KEPT_SAMPLES:  # for the accuracy report and max_accuracy_drop
+            kept.append(inputs)
+        for p, tensor in enumerate(result[1]):
+            if p in unique_stats:
+                unique_stats[p].update(tensor.numpy())
+        count += 1
+    if count == 0:
+        raise UsageError("Calibration data is empty: pass at least one sample.")
+    calib.samples += count
+    return calib

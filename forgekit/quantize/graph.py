@@ -1,0 +1,92 @@
+"""Finding the quantizable operators of a Relax ``main`` and exposing intermediate tensors.
+
+A *quantizable op* is a ``conv2d`` or ``matmul`` whose second operand (the weight) is a constant.  They
+are numbered in binding order; the same numbering is used by calibration (which records the statistics
+of each op's data input), by the rewrite and by the accuracy report, so keep every walk here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+QUANTIZABLE_OPS = ("relax.nn.conv2d", "relax.matmul")
+
+
+@dataclass(frozen=True)
+class QuantOp:
+    """One quantizable operator: its position, kind and the shapes that matter for the report."""
+
+    index: int
+    op: str
+    name: str
+    weight_shape: tuple[int, ...]
+
+
+def _is_const(expr: Any) -> bool:
+    from tvm.ir.expr import Constant
+
+    return isinstance(expr, Constant)
+
+
+def is_quantizable(call: Any) -> bool:
+    """Whether ``call`` is a float conv2d (NCHW/OIHW) or matmul with a 2-D constant weight."""
+    import tvm
+    from tvm import relax
+
+    if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+        return False
+    name = call.op.name
+    if name not in QUANTIZABLE_OPS or len(call.args) != 2 or not _is_const(call.args[1]):
+        return False
+    if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
+        return False
+    if name == "relax.nn.conv2d":
+        a = call.attrs
+        return a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
+    return len(call.args[1].ty.shape.values) == 2
+
+
+def bindings(func: Any) -> list[Any]:
+    """Every binding of ``func``'s body in execution order."""
+    return [b for block in func.body.blocks for b in block.bindings]
+
+
+def quantizable(func: Any) -> list[tuple[Any, Any]]:
+    """(binding, call) of every quantizable op of ``func``, in binding order."""
+    from tvm import relax
+
+    return [(b, b.value) for b in bindings(func) if isinstance(b, relax.VarBinding) and is_quantizable(b.value)]
+
+
+def describe(func: Any) -> list[QuantOp]:
+    """The quantizable ops of ``func`` as :class:`QuantOp` records."""
+    out = []
+    for i, (b, call) in enumerate(quantizable(func)):
+        shape = tuple(int(v) for v in call.args[1].ty.shape.values)
+        out.append(QuantOp(i, str(call.op.name).removeprefix("relax.").removeprefix("nn."), f"{i}:{b.var.name}", shape))
+    return out
+
+
+def expose(mod: Any, pick: Any) -> tuple[Any, int]:
+    """A copy of ``mod`` whose ``main`` returns ``(original outputs, (picked tensors...))``.
+
+    ``pick(func)`` returns the Relax variables (bound in ``main`` or its parameters) to expose; it runs on
+    the non-dataflow form of ``main`` (dataflow variables cannot leave their block).  Returns the module
+    and how many tensors were exposed.
+    """
+    import tvm
+    from tvm import relax
+
+    flat = relax.transform.ToNonDataflow()(mod)
+    func = flat["main"]
+    picked = list(pick(func))
+    body = func.body
+    ret = relax.Tuple([body.body, relax.Tuple(picked)])
+    new_body = relax.SeqExpr(body.blocks, ret)
+    ret_ty = relax.TupleType([func.ret_ty, relax.TupleType([v.ty for v in picked])])
+    new_func = relax.Function(func.params, new_body, ret_ty, func.is_pure, func.attrs)
+    out = tvm.IRModule(dict(flat.functions.items()), attrs=flat.attrs)
+    out["main"] = new_func
+    out = relax.transform.Normalize()(out)
+    return relax.transform.ConvertToDataflow()(out), len(picked)

@@ -1,0 +1,160 @@
+"""Accuracy of a quantized model against its float original, per layer and at the outputs.
+
+Per quantizable op: cosine similarity and SNR (dB) between the fp32 and the quantized op output on the
+same inputs (errors of earlier layers included, as at deployment).  Outputs: top-1 agreement for
+classifier-shaped outputs (``[N, classes]``), mean cosine otherwise (also for L2-normalized
+``[N, D]`` embeddings).  The *accuracy drop* is
+``1 - agreement`` of the first output.
+
+:func:`quantize_within_budget` keeps layers in fp32, least precisely quantized input first (see
+:func:`local_snr`; 1, 3, 7, ... layers), until the drop on the calibration samples is within
+``max_accuracy_drop``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..errors import UsageError
+from . import graph
+
+if TYPE_CHECKING:
+    from ..ir import IRModule
+    from .calibrate import Calibration
+
+
+
+def _named(func: Any, count: int) -> list[Any]:
+    by_name = {b.var.name: b.var for b in graph.bindings(func)}
+    return [by_name[f"fkq_{i}"] for i in range(count)]
+
+
+def _layer_tensors(mod: Any, quantized: bool, count: int, samples: Sequence[list[np.ndarray]]) -> list[Any]:
+    from .calibrate import build_runner
+
+    def pick(flat: Any) -> list[Any]:
+        return _named(flat, count) if quantized else [b.var for b, _ in graph.quantizable(flat)]
+
+    exposed, _ = graph.expose(mod, pick)
+    run, _device = build_runner(exposed, use_cuda=False)
+    results = []
+    for inputs in samples:
+        res = run(inputs)
+        outs = res[0]
+        outs = [outs.numpy()] if hasattr(outs, "numpy") else [o.numpy() for o in outs]
+        results.append((outs, [t.numpy() for t in res[1]]))
+    return results
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    den = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / den) if den > 0 else float(np.array_equal(a, b))
+
+
+def _snr(a: np.ndarray, b: np.ndarray) -> float:
+    sig, err = float(np.sum(a.astype(np.float64) ** 2)), float(np.sum((a.astype(np.float64) - b) ** 2))
+    return float("inf") if err == 0 else 10 * np.log10(max(sig, 1e-30) / err)
+
+
+def _is_classifier(outputs: Sequence[np.ndarray]) -> bool:
+    """``[N, classes]`` scores, except L2-normalized rows: those are embeddings, compared by cosine."""
+    first = outputs[0]
+    if first.ndim != 2 or first.shape[1] < 2:
+        return False
+    norms = np.linalg.norm(first.astype(np.float64), axis=1)
+    return not np.allclose(norms, 1.0, atol=1e-3)
+
+
+def compare(float_mod: Any, quant_mod: Any, samples: Sequence[list[np.ndarray]],
+            kept: Sequence[int] = ()) -> dict[str, Any]:
+    """The accuracy report of ``quant_mod`` against ``float_mod`` on ``samples``."""
+    if not samples:
+        raise UsageError("No samples to compare on: calibrate first (the report uses calibration samples).")
+    ops = graph.describe(float_mod["main"])
+    ref = _layer_tensors(float_mod, False, len(ops), samples)
+    got = _layer_tensors(quant_mod, True, len(ops), samples)
+    layers = []
+    for op in ops:
+        a = np.concatenate([r[1][op.index].ravel() for r in ref])
+        b = np.concatenate([g[1][op.index].ravel() for g in got])
+        layers.append({"name": op.name, "op": op.op, "weight_shape": list(op.weight_shape),
+                       "precision": "float32" if op.index in kept else "int8",
+                       "cosine": round(_cos(a, b), 6), "snr_db": round(_snr(a, b), 2)})
+    outputs = []
+    for k in range(len(ref[0][0])):
+        a = [r[0][k] for r in ref]
+        b = [g[0][k] for g in got]
+        entry: dict[str, Any] = {"index": k, "cosine": round(float(np.mean([_cos(x, y) for x, y in zip(a, b)])), 6)}
+        if _is_classifier(a):
+            agree = [np.mean(x.argmax(-1) == y.argmax(-1)) for x, y in zip(a, b)]
+            entry["top1_agreement"] = round(float(np.mean(agree)), 6)
+        outputs.append(entry)
+    first = outputs[0]
+    agreement = first.get("top1_agreement", first["cosine"])
+    return {"samples": len(samples), "metric": "top1_agreement" if "top1_agreement" in first else "cosine",
+            "agreement": agreement, "accuracy_drop": round(1.0 - agreement, 6), "outputs": outputs,
+            "layers": layers, "fp32_layers": [layers[i]["name"] for i in kept]}
+
+
+def accuracy_report(ir: IRModule, samples: Sequence[list[np.ndarray]] | None = None) -> dict[str, Any]:
+    """Report for a quantized ``ir`` (its float module is kept by ``quantize``)."""
+    if not ir.is_quantized:
+        raise UsageError("The model is not quantized: call ir.quantize() first.")
+    calib = ir._calibration
+    samples = samples if samples is not None else (calib.extra.get("samples", []) if calib is not None else [])
+    kept = [i for i, op in enumerate(graph.describe(ir._float_mod["main"]))
+            if op.name in (ir.quantization or {}).get("fp32_ops", [])]
+    return compare(ir._float_mod, ir.mod, samples, kept)
+
+
+def local_snr(calib: Calibration | None, plans: dict[int, Any], index: int) -> float:
+    """SNR (dB) of quantizing op ``index``'s input alone, estimated from its calibration histogram:
+    rounding noise ``scale^2 / 12`` inside the range plus the clipped excess outside it.  Unlike the
+    per-layer SNR of the report it excludes the error inherited from earlier layers, so it ranks which
+    layers to keep in fp32."""
+    from .stats import BINS
+
+    plan = plans.get(index)
+    if calib is None or plan is None or plan.x_scale is None:
+        return float("inf")
+    stats = calib.stats[index]
+    centers = (np.arange(BINS) + 0.5) * (stats.hist_range / BINS)
+    power = float(np.sum(stats.hist * centers ** 2))
+    scale = plan.x_scale if plan.smooth is None else plan.x_scale * float(np.mean(plan.smooth))
+    limit = plan.x_scale * (255 if plan.x_dtype == "uint8" else 127)
+    if plan.smooth is not None:
+        limit = float("inf")  # smoothed ranges are the calibrated maxima: nothing is clipped
+    inside = centers <= limit
+    noise = float(np.sum(stats.hist[inside]) * scale ** 2 / 12 + np.sum(stats.hist[~inside] * (centers[~inside] - limit) ** 2))
+    return 10 * np.log10(max(power, 1e-30) / max(noise, 1e-30))
+
+
+def quantize_within_budget(ir: IRModule, calib: Calibration | None, budget: float,
+                           options: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Quantize, keeping the lowest-SNR layers in fp32 until the accuracy drop is at most ``budget``."""
+    from . import plan as quantize_plan, quantize
+
+    if not 0 <= budget <= 1:
+        raise UsageError(f"max_accuracy_drop must be a fraction between 0 and 1 (e.g. 0.01), got {budget}.")
+    samples = calib.extra.get("samples", []) if calib is not None else []
+    if not samples:
+        raise UsageError("max_accuracy_drop needs calibration samples to measure the drop: call ir.calibrate() first.")
+    n_ops = len(graph.describe(ir.mod["main"]))
+    kept: list[int] = []
+    mod, info = quantize(ir, calib, **options)
+    rep = compare(ir.mod, mod, samples)
+    plans, _ = quantize_plan(ir, calib, **{k: v for k, v in options.items() if k not in ("kernel_dtype", "bias_dtype")})
+    order = sorted(range(n_ops), key=lambda i: local_snr(calib, plans, i))
+    step = 1
+    while rep["accuracy_drop"] > budget and len(kept) < n_ops:
+        kept = order[:min(n_ops, len(kept) + step)]
+        step *= 2
+        mod, info = quantize(ir, calib, **options, keep_fp32=set(kept))
+        rep = compare(ir.mod, mod, samples, kept)
+    rep["max_accuracy_drop"] = budget
+    rep["budget_met"] = rep["accuracy_drop"] <= budget
+    info["max_accuracy_drop"] = budget
+    return mod, info, rep

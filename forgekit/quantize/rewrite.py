@@ -1,0 +1,145 @@
+"""The Relax rewrite: float conv2d/matmul with constant weights -> integer compute.
+
+For each quantizable op ``y = conv2d(x, W)`` (or ``matmul``) with a plan, the rewrite emits::
+
+    xq  = astype(clip(round(x * (1 / sx)), lo, hi), "int8" | "uint8")    # fuses into the producer's epilogue
+    acc = conv2d(xq, Wq, out_dtype="int32")                               # int8 weights, int32 accumulation
+    y   = astype(acc, "float32") * (sx * sw)                              # requant/dequant in the epilogue
+
+``sw`` is per output channel (``per_channel``) or per tensor; weights are symmetric int8 in [-127, 127].
+With a dynamic plan ``sx = max(|x|) / 127`` is computed at run time.  The quantize step is elementwise, so
+FuseOps puts it at the end of the *previous* kernel (the requantization of its output) and the dequantize
+into this kernel's epilogue together with the bias/ReLU that follow; the integer conv/matmul itself is
+scheduled by the int8 rules of :mod:`forgekit.schedules`.
+
+Every quantizable op's output is bound to a variable named ``fkq_<index>`` (also the ones kept in fp32),
+which is how the accuracy report finds the per-layer tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import graph
+
+#: activation dtype -> (lowest, highest) integer value; int8 stays symmetric so zero padding is exact
+DTYPE_RANGE = {"int8": (-127, 127), "uint8": (0, 255)}
+
+
+@dataclass
+class OpPlan:
+    """How to quantize one op: a static activation scale (None: dynamic) and its integer dtype."""
+
+    x_scale: float | None
+    x_dtype: str
+    per_channel: bool
+    #: SmoothQuant factors per input channel of a matmul (x / s, s * W), None: no smoothing
+    smooth: np.ndarray | None = None
+
+
+def quantize_weight(w: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights and their scale: one per output channel (axis 0 of OIHW, axis 1 of [K, N])
+    or one for the tensor.  ``w`` must already be laid out output-channel first."""
+    flat = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) if per_channel else np.full(w.shape[0], np.abs(w).max())
+    scale = np.where(flat > 0, flat / 127.0, 1.0).astype(np.float32)
+    shaped = scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.clip(np.round(w / shaped), -127, 127).astype(np.int8), scale
+
+
+def _rewriter_class() -> Any:
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        def __init__(self, mod: Any, plans: dict[int, OpPlan]) -> None:
+            super().__init__(mod)
+            self.plans = plans
+            self.index = 0
+
+        def _emit_final(self, binding: Any, value: Any, idx: int) -> None:
+            name = f"fkq_{idx}"
+            if isinstance(binding.var, relax.DataflowVar) or not self.builder_.current_block_is_dataflow():
+                new = self.builder_.emit(value, name)
+            else:
+                new = self.builder_.emit_output(value, name)
+            self.set_var_remap(binding.var, new)
+
+        def visit_var_binding_(self, binding: Any) -> None:
+            call = binding.value
+            if not graph.is_quantizable(call):
+                return super().visit_var_binding_(binding)
+            idx = self.index
+            self.index += 1
+            plan = self.plans.get(idx)
+            x = self.visit_expr(call.args[0])
+            if plan is None:  # kept in fp32
+                self._emit_final(binding, relax.Call(call.op, [x, call.args[1]], call.attrs), idx)
+                return None
+            self._emit_final(binding, self._quantized(call, x, plan), idx)
+            return None
+
+        def _quantized(self, call: Any, x: Any, plan: OpPlan) -> Any:
+            op = relax.op
+            emit = self.builder_.emit
+            f32 = lambda v: relax.const(np.asarray(v, np.float32))  # noqa: E731
+            w = call.args[1].value.numpy()
+            is_conv = call.op.name == "relax.nn.conv2d"
+            if plan.smooth is not None:  # (x / s) @ (s * W) == x @ W, with the outlier channels tamed
+                if not is_conv:
+                    w = w * plan.smooth[:, None]
+                elif int(call.attrs.groups) == 1:
+                    w = w * plan.smooth[None, :, None, None]
+                else:  # depthwise: filter c reads input channel c only
+                    w = w * plan.smooth[:, None, None, None]
+                w = w.astype(np.float32)
+            wq, ws = quantize_weight(w if is_conv else w.T, plan.per_channel)
+            if not is_conv:
+                wq = np.ascontiguousarray(wq.T)
+            lo, hi = DTYPE_RANGE[plan.x_dtype]
+            if plan.x_scale is None:  # dynamic: the activation range of this very input
+                absmax = emit(op.max(op.abs(x)))
+                sx = emit(op.maximum(op.divide(absmax, f32(hi)), f32(1e-8)))
+                scaled = emit(op.divide(x, sx))
+            else:
+                sx = f32(plan.x_scale)
+                inv = 1.0 / plan.x_scale if plan.smooth is None else (1.0 / (plan.x_scale * plan.smooth))
+                if plan.smooth is not None and is_conv:
+                    inv = inv.reshape(1, -1, 1, 1)
+                scaled = emit(op.multiply(x, f32(np.asarray(inv, np.float32))))
+            # maximum/minimum rather than clip: clip has no layout inference, so ConvertLayout would wrap it
+            # in NHWC->NCHW->NHWC transposes that break the requantization out of the conv epilogue
+            # floor(x + 0.5) rather than round: TVM lowers round to a scalar libm-style sequence that is
+            # ~12x slower than the vectorized floor (ties round up instead of to even: irrelevant here)
+            rounded = op.floor(op.add(scaled, f32(0.5)))
+            clipped = op.minimum(op.maximum(rounded, f32(lo)), f32(hi))
+            xq = emit(op.astype(clipped, plan.x_dtype))
+            if is_conv:
+                a = call.attrs
+                acc = emit(op.nn.conv2d(xq, relax.const(wq), strides=a.strides, padding=a.padding,
+                                        dilation=a.dilation, groups=a.groups, out_dtype="int32"))
+                wscale = f32(ws.reshape(1, -1, 1, 1))
+            else:
+                acc = emit(op.matmul(xq, relax.const(wq), out_dtype="int32"))
+                wscale = f32(ws)
+            scale = wscale if plan.x_scale is None else f32(np.float32(plan.x_scale) * ws.reshape(wscale.value.numpy().shape))
+            deq = emit(op.astype(acc, "float32"))
+            if plan.x_scale is None:
+                return op.multiply(op.multiply(deq, sx), wscale)
+            return op.multiply(deq, scale)
+
+    return Rewriter
+
+
+def rewrite(mod: Any, plans: dict[int, OpPlan]) -> Any:
+    """``mod`` with every op in ``plans`` (by quantizable-op index) lowered to integer compute."""
+    import tvm
+    from tvm import relax
+
+    rewriter = _rewriter_class()(mod, plans)
+    func = rewriter.visit_expr(mod["main"])
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    out["main"] = func
+    return relax.transform.Normalize()(out)

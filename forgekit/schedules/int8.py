@@ -1,0 +1,209 @@
+"""Integer conv2d/matmul (int8/uint8 data x int8 constant weights -> int32) for dot-product CPUs.
+
+x86 VNNI's ``vpdpbusd`` multiplies 4 *unsigned* bytes by 4 *signed* bytes and adds the 4 products to an
+int32 lane: 64 multiply-adds per instruction, 4x an fp32 FMA.  To use it the legalizations below
+
+* pad the data in NHWC (conv: spatial padding and channels to a multiple of 4; matmul: K) and turn
+  signed data into unsigned by adding 128 (padding becomes 128, the shifted zero; the error this adds,
+  ``128 * sum(W)`` per output channel, is a constant subtracted in the epilogue);
+* pack the constant weights at compile time as ``[OC/16, KH, KW, IC/4, 16, 4]`` (``[N/16, K/4, 16, 4]``),
+  so one 64-byte load feeds one ``vpdpbusd``;
+* compute ``acc[.., oc] += u8(x[.., 4c + i]) * s8(w[oc/16, .., c, oc%16, i])`` with the 4-element
+  reduction innermost, which :class:`rules.gemm_int8.GemmInt8Rule` tensorizes into ``vpdpbusd``.
+
+Without VNNI (and for grouped convolutions) the stock integer legalization runs: exact, not faster.
+"""
+import numpy as np
+import tvm
+from tvm import relax, te, topi
+
+#: CPUs with AVX512-VNNI (LLVM -mcpu names); ``+avx512vnni`` in ``mattr`` also counts
+_VNNI_CPUS = ("cascadelake", "cooperlake", "icelake", "icelake-server", "icelake-client", "tigerlake",
+              "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5", "rocketlake")
+
+LANES = 16   # int32 lanes of a zmm register
+RED = 4      # bytes reduced by one vpdpbusd lane
+INT8_TYPES = ("int8", "uint8")
+
+
+def has_vnni(target):
+    """Whether an llvm target has AVX512-VNNI (``vpdpbusd``)."""
+    attrs = target.attrs
+    mcpu = str(attrs.get("mcpu", "") or "")
+    mattr = [str(x) for x in (attrs.get("mattr", None) or [])]
+    return mcpu in _VNNI_CPUS or "+avx512vnni" in mattr
+
+
+def _const_value(e):
+    if isinstance(e, tvm.ir.expr.Constant):
+        v = e.value
+        return v.numpy() if hasattr(v, "numpy") else None
+    return None
+
+
+def _default(bb, call):
+    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
+def _ints(x):
+    return [int(v) for v in x]
+
+
+def _ceil(a, b):
+    return (a + b - 1) // b * b
+
+
+def is_int8_call(call):
+    """An integer conv2d/matmul the int8 legalizations handle (int8/uint8 data, int8 constant weight)."""
+    if len(call.args) != 2 or str(call.attrs.out_dtype) != "int32":
+        return False
+    data, weight = call.args
+    return (str(data.ty.dtype) in INT8_TYPES and _const_value(weight) is not None
+            and str(weight.ty.dtype) == "int8")
+
+
+def _shift(x_dtype):
+    """(offset added to the data to make it unsigned, value of padding in the shifted domain)."""
+    return (128, 128) if x_dtype == "int8" else (0, 0)
+
+
+def make_conv2d_int8_legalize(target, fallback):
+    """conv2d legalization: the VNNI kernel for int8 NHWC/HWIO convolutions, ``fallback`` otherwise."""
+    vnni = has_vnni(target)
+
+    def _legalize(bb, call):
+        if not is_int8_call(call):
+            return fallback(bb, call)
+        a = call.attrs
+        if (not vnni or a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"
+                or int(a.groups) != 1):
+            return _default(bb, call)
+        data, weight = call.args
+        try:
+            n, h, wd, ic = _ints(data.ty.shape.values)
+        except Exception:  # pylint: disable=broad-except  (symbolic dims)
+            return _default(bb, call)
+        w = _const_value(weight).astype(np.int32)
+        kh, kw, _, oc = w.shape
+        sh, sw = _ints(a.strides)
+        dh, dw = _ints(a.dilation)
+        pt, pl, pb, pr = _ints(a.padding)
+        oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
+        wpad = np.zeros((kh, kw, icp, ocp), np.int8)
+        wpad[:, :, :ic, :oc] = w
+        packed = np.ascontiguousarray(
+            wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
+        offset, pad_value = _shift(str(data.ty.dtype))
+        comp = (offset * w.sum(axis=(0, 1, 2))).astype(np.int32)  # what the +offset adds per output channel
+
+        def f(x, wp, cmp):
+            def shifted(b, y, xx, c):
+                inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
+                v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
+                v = (v.astype("int32") + offset).astype("uint8")
+                return tvm.tirx.Select(inside, v, tvm.tirx.const(pad_value, "uint8"))
+            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name="data_u8")
+            ry = te.reduce_axis((0, kh), "ry")
+            rx = te.reduce_axis((0, kw), "rx")
+            rc = te.reduce_axis((0, icp // RED), "rc")
+            ri = te.reduce_axis((0, RED), "ri")
+            acc = te.compute(
+                (n, oh, ow, ocp),
+                lambda b, y, xx, ff: te.sum(
+                    xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri].astype("int32")
+                    * wp[ff // LANES, ry, rx, rc, ff % LANES, ri].astype("int32"), axis=[ry, rx, rc, ri]),
+                name="conv2d_nhwc_int8")
+            return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
+        return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
+    return _legalize
+
+
+def make_matmul_int8_legalize(target, fallback):
+    """matmul legalization: the VNNI kernel for ``x[..., K] @ W[K, N]`` with int8 constant ``W``."""
+    vnni = has_vnni(target)
+
+    def _legalize(bb, call):
+        if not is_int8_call(call):
+            return fallback(bb, call)
+        x, weight = call.args
+        w = _const_value(weight)
+        if not vnni or w.ndim != 2 or x.ty.shape is None:
+            return _default(bb, call)
+        xs_shape = list(x.ty.shape.values)
+        try:
+            k = int(xs_shape[-1])
+        except Exception:  # pylint: disable=broad-except
+            return _default(bb, call)
+        nn = w.shape[1]
+        kp, npad = _ceil(k, RED), _ceil(nn, LANES)
+        wpad = np.zeros((kp, npad), np.int8)
+        wpad[:k, :nn] = w
+        packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // LANES, LANES).transpose(2, 0, 3, 1))
+        offset, pad_value = _shift(str(x.ty.dtype))
+        comp = (offset * w.astype(np.int32).sum(axis=0)).astype(np.int32)
+        lead = xs_shape[:-1]
+
+        def f(a, wp, cmp):
+            def shifted(*i):
+                v = (a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))].astype("int32") + offset).astype("uint8")
+                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(pad_value, "uint8"))
+            xs = te.compute((*lead, kp), shifted, name="data_u8")
+            r = te.reduce_axis((0, kp // RED), "rk")
+            ri = te.reduce_axis((0, RED), "ri")
+            acc = te.compute(
+                (*lead, npad),
+                lambda *i: te.sum(xs[(*i[:-1], r * RED + ri)].astype("int32")
+                                  * wp[i[-1] // LANES, r, i[-1] % LANES, ri].astype("int32"), axis=[r, ri]),
+                name="matmul_int8")
+            return te.compute((*lead, nn), lambda *i: acc(*i) - cmp[i[-1]], name="T_int8_fixup")
+        return bb.call_te(f, x, relax.const(packed), relax.const(comp), primfunc_name_hint="matmul_int8")
+    return _legalize
+
+
+# ---------------------------------------------------------------- the vpdpbusd tensor intrinsic
+VNNI_INTRIN = "forgekit_dot_16x4_u8i8i32_vnni"
+
+
+def register_vnni_intrin():
+    """Register the 16x4 u8.s8->s32 dot-product intrinsic (same as TVM's ``dot_16x4_vnni``, which lives
+    in ``tvm.s_tir.tensor_intrin`` whose import also loads every CUDA intrinsic: ~30 s)."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    try:
+        TensorIntrin.get(VNNI_INTRIN)
+        return VNNI_INTRIN
+    except Exception:  # pylint: disable=broad-except
+        pass
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4,), "uint8", offset_factor=1), B: T.Buffer((16, 4), "int8", offset_factor=1),
+             C: T.Buffer((16,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4,), "uint8", offset_factor=1), B: T.Buffer((16, 4), "int8", offset_factor=1),
+             C: T.Buffer((16,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            # LLVM >= 20 types the intrinsic as (<16 x i32>, <64 x i8>, <64 x i8>) (TVM's own copy still
+            # passes <16 x i32> operands and fails LLVM's verifier)
+            a_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+            a_u8 = T.reinterpret(T.broadcast(a_i32, 16), dtype="int8x64")
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                C.vload([0], dtype="int32x16"), a_u8, B.vload([0, 0], dtype="int8x64"), dtype="int32x16")
+
+    # the accumulator lives in a "local" (register) buffer, and tensorize compares storage scopes
+    TensorIntrin.register(VNNI_INTRIN, desc, impl)
+    return VNNI_INTRIN

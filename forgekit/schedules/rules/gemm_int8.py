@@ -1,0 +1,73 @@
+"""Integer conv2d/matmul rule: the register-tiled micro-kernel of ``tiled.py`` with ``vpdpbusd``.
+
+Matches the blocks made by :mod:`forgekit.schedules.int8` (``conv2d_nhwc_int8`` / ``matmul_int8``):
+spatial ``[..., r, v]`` and reduction ``[..., c, i]`` with ``i`` the 4 bytes of one dot product.
+Schedule::
+
+    parallel for (v_o, <other spatial>, r_o):
+        acc[rt][vt] = 0                              # local -> zmm registers
+        for <reductions except i>:
+            for r_i in unroll(rt): for v_n in unroll(vt/16):
+                acc[r_i][v_n] = vpdpbusd(acc[r_i][v_n], bcast(x[4 bytes]), w[64 bytes])
+        epilogue (-128*sum(W) fix-up, dequantize, bias, relu, requantize of the next layer)
+"""
+from .. import int8
+from .common import best_divisor, blocks_of, ext, is_reduction, iter_kinds, parallel_spatial, vectorize_inner
+from .tiled import MIN_PARALLEL_MACS
+
+BLOCKS = ("conv2d_nhwc_int8", "matmul_int8")
+
+
+class GemmInt8Rule:
+    name = "gemm_int8_vnni"
+
+    def matches(self, sch, tinfo):
+        for b in blocks_of(sch):
+            if sch.get(b).name_hint in BLOCKS:
+                kinds = iter_kinds(sch, b)
+                ns = kinds.count("S")
+                if kinds == "S" * ns + "R" * (len(kinds) - ns) and ns >= 2:
+                    return b
+        return None
+
+    def apply(self, sch, main, tinfo):
+        intrin = int8.register_vnni_intrin()
+        blocks = blocks_of(sch)
+        idx = [i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(main))][0]
+        producers, consumers = blocks[:idx], blocks[idx + 1:]
+        if any(is_reduction(sch, b) for b in producers + consumers):
+            raise ValueError("unsupported: extra reductions around the int8 block")
+        loops = sch.get_loops(main)
+        ns = iter_kinds(sch, main).count("S")
+        sl, rl = loops[:ns], loops[ns:]
+        ev, er = ext(sch, sl[-1]), ext(sch, sl[-2])
+        if ev is None or ev % int8.LANES or ext(sch, rl[-1]) != int8.RED:
+            raise ValueError("vector axis not a multiple of 16 or no 4-byte reduction")
+        nv = 2 if ev % (2 * int8.LANES) == 0 else 1
+        budget = tinfo.acc_budget
+        rt = best_divisor(er, max(1, budget // nv)) if er is not None else 1
+        macs = 1
+        for l in loops:
+            macs *= ext(sch, l) or 1
+        v_o, v_n, v_l = sch.split(sl[-1], [None, nv, int8.LANES])
+        r_o, r_i = sch.split(sl[-2], [None, rt])
+        others = list(sl[:-2])
+        outer_list = [v_o] + others + [r_o]
+        sch.reorder(*outer_list, *rl[:-1], r_i, v_n, v_l, rl[-1])
+        outer = sch.fuse(*outer_list)
+        if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1):
+            sch.parallel(outer)
+        for c in consumers[:-1]:
+            sch.compute_inline(c)
+        last = consumers[-1]
+        sch.set_scope(main, 0, "local")
+        sch.reverse_compute_at(last, outer, preserve_unit_loops=False)
+        vectorize_inner(sch, last, tinfo.vec_lanes)
+        init = sch.decompose_reduction(main, rl[0])
+        sch.tensorize(v_l, intrin)
+        sch.unroll(r_i)
+        sch.unroll(v_n)
+        vectorize_inner(sch, init, tinfo.vec_lanes)
+        for p in producers:
+            parallel_spatial(sch, p, tinfo.vec_lanes)
+        return sch

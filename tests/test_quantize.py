@@ -1,0 +1,375 @@
+"""Post-training quantization (forgekit/quantize/, forgekit/schedules/int8.py, rules/gemm_int8.py).
+
+Models are built in code and tiny (16x16 images): every compile takes a second or two.  Quantized outputs
+are compared with the float model by cosine similarity (>= 0.99) and top-1 agreement; the integer
+kernels are compared with numpy exactly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import forgekit
+from conftest import run_cli
+from forgekit.errors import InputError, UsageError
+from forgekit.quantize import graph
+from forgekit.quantize.ranges import CALIB_METHODS, threshold
+from forgekit.quantize.stats import TensorStats
+
+
+def make_cnn(seed: int = 0, classes: int = 10, head: bool = True) -> onnx.ModelProto:
+    """conv3x3(3->16)+relu -> conv3x3/s2(16->16)+relu -> depthwise + residual -> [GAP -> MatMul(16->classes)]."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "w1": rng.standard_normal((16, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(16) * 0.1,
+        "w2": rng.standard_normal((16, 16, 3, 3)) * 0.1, "b2": rng.standard_normal(16) * 0.1,
+        "wd": rng.standard_normal((16, 1, 3, 3)) * 0.3, "wf": rng.standard_normal((16, classes)) * 0.3,
+    }
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "wd"], ["c3"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Add", ["c3", "r2"], ["s"])]
+    out = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 16, 8, 8])
+    if head:
+        nodes += [helper.make_node("GlobalAveragePool", ["s"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+                  helper.make_node("MatMul", ["f", "wf"], ["y"])]
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, classes])
+    else:
+        del arrays["wf"]
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()]
+    graph_ = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                               [out], inits)
+    model = helper.make_model(graph_, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+def samples(n: int = 6, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(n)]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    ir = forgekit.from_onnx(make_cnn())
+    ir.calibrate(samples())
+    return ir
+
+
+@pytest.fixture(scope="module")
+def float_outputs(calibrated):
+    f = calibrated.get_inference_function("host")
+    return [f(x) for x in samples(3, seed=7)]
+
+
+# ----------------------------------------------------------------------------- statistics and methods
+def test_stats_histogram_rebins_without_losing_counts() -> None:
+    s = TensorStats()
+    s.update(np.linspace(0, 1, 1000, dtype=np.float32))
+    s.update(np.full(500, -3.0, np.float32))  # wider range: the first histogram is re-binned
+    assert s.hist.sum() == 1500 and s.hist_range >= 3.0
+    assert s.min == -3.0 and s.max == 1.0 and s.absmax == 3.0 and not s.non_negative
+    assert s.average_absmax == pytest.approx(2.0)
+
+
+def test_methods_clip_outliers_except_minmax() -> None:
+    s = TensorStats()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(100_000).astype(np.float32)
+    x[0] = 40.0  # one outlier
+    s.update(x)
+    t = {m: threshold(m, s, 127) for m in CALIB_METHODS}
+    assert t["minmax"] == pytest.approx(40.0)
+    assert 2.0 < t["percentile"] < 3.0  # 99th percentile of |N(0, 1)| is 2.58
+    assert 2.0 < t["entropy"] < 40.0 and t["average"] == pytest.approx(40.0)
+    assert threshold("percentile", s, 127, {"percentile": 99.99}) > t["percentile"]
+    with pytest.raises(UsageError, match="average, entropy, minmax, percentile"):
+        threshold("mse", s, 127)
+
+
+# ----------------------------------------------------------------------------- static / dynamic
+@pytest.mark.parametrize("method", sorted(CALIB_METHODS))
+def test_static_per_channel_matches_fp32(calibrated, float_outputs, method) -> None:
+    q = calibrated.copy()
+    q.quantize(per_channel=True, calib_method=method, quant_type="static")
+    assert q.is_quantized and q.precision == "int8" and not calibrated.is_quantized
+    text = q.mod.script()
+    assert text.count('out_dtype="int32"') == 4  # 3 conv2d + 1 matmul on integers
+    f = q.get_inference_function("host")
+    for x, ref in zip(samples(3, seed=7), float_outputs):
+        out = f(x)
+        assert cosine(out, ref) >= 0.99 and out.argmax() == ref.argmax()
+    info = q.quantization
+    assert info["quant_type"] == "static" and info["calib_method"] == method and info["per_channel"]
+    assert info["quantized_ops"] == 4 and info["calibration_samples"] == 6
+
+
+def test_uint8_activations_for_non_negative_tensors(calibrated, float_outputs) -> None:
+    q = calibrated.copy()
+    q.quantize(activation_dtype="uint8", calib_method="minmax")
+    dtypes = [layer["activation_dtype"] for layer in q.quantization["layers"]]
+    assert dtypes[0] == "int8" and dtypes[1] == "uint8"  # image input is signed, post-ReLU is not
+    assert q.precision == "uint8"
+    assert cosine(q.get_inference_function("host")(samples(1, seed=7)[0]), float_outputs[0]) >= 0.99
+
+
+def test_dynamic_needs_no_calibration(float_outputs) -> None:
+    ir = forgekit.from_onnx(make_cnn())
+    ir.quantize()  # "any" without calibration is dynamic
+    assert ir.quantization["quant_type"] == "dynamic" and ir.quantization["calib_method"] is None
+    assert cosine(ir.get_inference_function("host")(samples(1, seed=7)[0]), float_outputs[0]) >= 0.99
+
+
+def test_user_errors_are_one_line() -> None:
+    ir = forgekit.from_onnx(make_cnn())
+    with pytest.raises(UsageError, match="needs calibration data"):
+        ir.quantize(quant_type="static")
+    with pytest.raises(InputError, match="shape 1x3x8x8; the model expects 1x3x16x16"):
+        ir.calibrate([np.zeros((1, 3, 8, 8), np.float32)])
+    with pytest.raises(InputError, match="dtype float64; the model expects float32"):
+        ir.calibrate([np.zeros((1, 3, 16, 16))])
+    with pytest.raises(UsageError, match="Unsupported activation dtype 'int4'"):
+        ir.quantize(activation_dtype="int4")
+    with pytest.raises(UsageError, match="Unsupported kernel dtype"):
+        ir.quantize(kernel_dtype="int4")
+    assert not ir.is_quantized and not ir.is_calibrated
+
+
+def test_calibration_input_forms(tmp_path) -> None:
+    ir = forgekit.from_onnx(make_cnn())
+    xs = samples(4)
+    ir.calibrate(np.concatenate(xs))  # stacked [S, C, H, W] for a batch-1 model
+    assert ir._calibration.samples == 4
+    ir.calibrate([{"x": xs[0]}, (xs[1],), xs[2][0]], reset=False)  # dict, tuple, missing batch axis
+    assert ir._calibration.samples == 7
+    np.savez(tmp_path / "c.npz", x=np.stack(xs))
+    (tmp_path / "dir").mkdir()
+    np.save(tmp_path / "dir" / "a.npy", xs[0])
+    np.save(tmp_path / "dir" / "b.npy", np.stack(xs[1:]))
+    ir.calibrate(str(tmp_path / "c.npz"))
+    assert ir._calibration.samples == 4
+    ir.calibrate(tmp_path / "dir")
+    assert ir._calibration.samples == 4
+
+
+# ----------------------------------------------------------------------------- accuracy budget, split
+def test_max_accuracy_drop_keeps_layers_in_fp32() -> None:
+    ir = forgekit.from_onnx(make_cnn(head=False))  # 4-D output: the metric is cosine, never exactly 1
+    ir.calibrate(samples(3))
+    ir.quantize(per_channel=True, max_accuracy_drop=0.0)
+    rep = ir.quantization_report
+    assert rep["metric"] == "cosine" and rep["budget_met"]
+    assert sorted(rep["fp32_layers"]) == sorted(op.name for op in graph.describe(ir._float_mod["main"]))
+    assert ir.quantization["quantized_ops"] == 0
+
+    ir2 = forgekit.from_onnx(make_cnn(head=False))
+    ir2.calibrate(samples(3))
+    ir2.quantize(per_channel=True, max_accuracy_drop=0.05)
+    rep2 = ir2.quantization_report
+    assert rep2["budget_met"] and rep2["fp32_layers"] == [] and len(rep2["layers"]) == 3
+    assert all(layer["cosine"] > 0.98 and layer["snr_db"] > 10 for layer in rep2["layers"])
+    with pytest.raises(UsageError, match="between 0 and 1"):
+        forgekit.from_onnx(make_cnn()).quantize(max_accuracy_drop=5)
+
+
+def test_split_tensors(float_outputs) -> None:
+    from forgekit.quantize.split import split_tensors
+
+    ir = forgekit.from_onnx(make_cnn())
+    ir._mod = split_tensors(ir.mod, min_elements=100)  # every regular conv weight here is >= 432 elements
+    assert ir.operators["concat"] == 2 and ir.operators["nn.conv2d"] == 5
+    np.testing.assert_allclose(ir.get_inference_function("host")(samples(1, seed=7)[0]), float_outputs[0],
+                               rtol=1e-4, atol=1e-5)
+    ir2 = forgekit.from_onnx(make_cnn())
+    ir2.split_tensors()  # nothing this small is split, but the flag is set
+    assert ir2.is_split_tensors and "concat" not in ir2.operators
+    ir2.calibrate(samples(1))
+    with pytest.raises(UsageError, match="force=True"):
+        ir2.split_tensors()
+    ir2.split_tensors(force=True)
+    assert not ir2.is_calibrated
+
+
+# ----------------------------------------------------------------------------- integer kernels
+def _int_module(kind: str, x_dtype: str, seed: int = 0):
+    """A Relax module with one integer conv2d (NCHW) or matmul and random int8 weights."""
+    import tvm
+    from tvm import relax
+
+    rng = np.random.default_rng(seed)
+    lo, hi = (-128, 128) if x_dtype == "int8" else (0, 256)
+    bb = relax.BlockBuilder()
+    if kind == "conv":
+        x = rng.integers(lo, hi, (1, 5, 9, 11)).astype(x_dtype)
+        w = rng.integers(-127, 128, (20, 5, 3, 3)).astype(np.int8)
+        xv = relax.Var("x", relax.TensorType(x.shape, x_dtype))
+        with bb.function("main", [xv]):
+            with bb.dataflow():
+                y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), strides=2, padding=1, out_dtype="int32"))
+            bb.emit_func_output(y)
+        xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        ref = np.zeros((1, 20, 5, 6), np.int64)
+        for i in range(5):
+            for j in range(6):
+                ref[0, :, i, j] = np.tensordot(w.astype(np.int64), xp[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3], 3)
+    else:
+        x = rng.integers(lo, hi, (2, 7, 30)).astype(x_dtype)
+        w = rng.integers(-127, 128, (30, 40)).astype(np.int8)
+        xv = relax.Var("x", relax.TensorType(x.shape, x_dtype))
+        with bb.function("main", [xv]):
+            with bb.dataflow():
+                y = bb.emit_output(relax.op.matmul(xv, relax.const(w), out_dtype="int32"))
+            bb.emit_func_output(y)
+        ref = x.astype(np.int64) @ w.astype(np.int64)
+    return bb.get(), x, ref.astype(np.int32)
+
+
+VNNI_TARGET = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2}
+
+
+@pytest.mark.parametrize("kind", ["conv", "matmul"])
+@pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
+def test_int8_kernels_use_vpdpbusd_and_are_exact(kind, x_dtype) -> None:
+    import tvm
+    from tvm import relax
+
+    from forgekit import schedules
+    from forgekit.schedules.int8 import has_vnni
+    from forgekit.targets import parse_target
+
+    mod, x, ref = _int_module(kind, x_dtype)
+    target = tvm.target.Target(VNNI_TARGET)
+    schedules.STATS.clear()
+    ex = tvm.compile(mod, target=target, relax_pipeline=schedules.cpu_pipeline(target))
+    assert "gemm_int8_vnni" in schedules.STATS.values()
+    asm = ex.mod.imports[0].inspect_source("asm")
+    assert "vpdpbusd" in asm
+    host = parse_target("host").tvm_target()
+    if not has_vnni(host):
+        pytest.skip("this CPU has no AVX512-VNNI: the kernel was checked in assembly only")
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_array_equal(out, ref)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_compile_quantized(tmp_path) -> None:
+    model = tmp_path / "cnn.onnx"
+    onnx.save(make_cnn(), model)
+    np.save(tmp_path / "calib.npy", np.stack(samples(4)))
+    out = tmp_path / "art"
+    proc = run_cli("compile", str(model), "-o", str(out), "--quantize", "int8", "--calib-data",
+                   str(tmp_path / "calib.npy"), "--per-channel", "--calib-method", "percentile", "--quant-type", "static")
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((out / "metadata.json").read_text())["model"]
+    assert meta["precision"] == "int8"
+    q = meta["quantization"]
+    assert q["calib_method"] == "percentile" and q["per_channel"] and q["quant_type"] == "static"
+    assert q["percentile"] == 99.0 and q["calibration_samples"] == 4 and len(q["layers"]) == 4
+    assert run_cli("run", str(out), "--random").returncode == 0
+
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((2, 1, 3, 8, 8), np.float32))
+    for args, code, message in (
+        (["--quantize", "int8", "--quant-type", "static"], 2, "needs calibration data"),
+        (["--quantize", "int8", "--calib-data", str(bad)], 9, "expects 1x3x16x16"),
+        (["--quantize", "fp8"], 2, "Unsupported activation dtype 'fp8'"),
+    ):
+        proc = run_cli("compile", str(model), "-o", str(tmp_path / "x"), *args)
+        assert proc.returncode == code and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "x").exists()
+
+    rep = run_cli("quantize-report", str(model), "--calib-data", str(tmp_path / "calib.npy"), "--per-channel",
+                  "-o", str(tmp_path / "rep.json"))
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads((tmp_path / "rep.json").read_text())
+    assert data["metric"] == "top1_agreement" and len(data["layers"]) == 4 and "cos" in rep.stdout
+
+
+# ----------------------------------------------------------------------------- pre-quantized ONNX
+def _ort(path, x):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
+def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from forgekit import schedules
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter([{"x": x} for x in samples(4)])
+
+        def get_next(self):  # noqa: ANN201
+            return next(self.it, None)
+
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_qdq.onnx"
+    onnx.save(make_cnn(), src)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
+    ir = forgekit.from_onnx(dst)
+    schedules.STATS.clear()
+    f = ir.get_inference_function("host")
+    # the two regular convs and the matmul run on the VNNI kernels (the depthwise one on the generic rule)
+    assert list(schedules.STATS.values()).count("gemm_int8_vnni") == 3
+    for x in samples(2, seed=9):
+        expected = _ort(dst, x)
+        np.testing.assert_allclose(f(x), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_ort_dynamic_conv_integer_and_matmul_integer(tmp_path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_dyn.onnx"
+    onnx.save(make_cnn(), src)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Conv"])
+    ops = {n.op_type for n in onnx.load(dst).graph.node}
+    assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"} <= ops
+    f = forgekit.from_onnx(dst).get_inference_function("host")
+    for x in samples(2, seed=9):
+        expected = _ort(dst, x)
+        np.testing.assert_allclose(f(x), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_smoothing_tames_outlier_channels_of_matmuls() -> None:
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((64, 32)) * 0.1).astype(np.float32)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    g = helper.make_graph([node], "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+
+    def data(n: int, seed: int) -> list[np.ndarray]:
+        r = np.random.default_rng(seed)
+        xs = [r.standard_normal((1, 16, 64)).astype(np.float32) for _ in range(n)]
+        for x in xs:
+            x[..., :2] *= 60.0  # two outlier channels, as after a transformer's LayerNorm
+        return xs
+
+    ir = forgekit.from_onnx(model)
+    ir.calibrate(data(4, 1))
+    x = data(1, 2)[0]
+    ref = ir.get_inference_function("host")(x)
+    plain, smooth = ir.copy(), ir.copy()
+    plain.quantize(per_channel=True, calib_method="minmax", smoothing=None)
+    smooth.quantize(per_channel=True, calib_method="minmax")
+    c_plain = cosine(plain.get_inference_function("host")(x), ref)
+    c_smooth = cosine(smooth.get_inference_function("host")(x), ref)
+    assert smooth.quantization["smoothing"] == 0.75 and plain.quantization["smoothing"] is None
+    assert c_smooth >= 0.999 and c_smooth > c_plain
