@@ -222,3 +222,21 @@ def test_squeeze_with_negative_axes_after_nhwc_conv(tmp_path) -> None:
     x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
     result = forge.from_onnx(model).compile(target="host", output_path=tmp_path / "sq")
     assert_close(Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Mean", "Sum"])
+def test_variadic_elementwise_after_nhwc_conv(op, tmp_path) -> None:
+    """ONNX Max/Min/Mean/Sum of three operands (one broadcast per channel) after a conv: TVM imports them as
+    a reduction over a stacked axis, which ConvertLayout rejects ("Invalid SLayout"); forgekit chains
+    binary ops instead."""
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((1, 8, 1, 1)).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(op, ["c", "r", "b"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    result = forge.from_onnx(model).compile(target="host", output_path=tmp_path / op)
+    assert_close(Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0])

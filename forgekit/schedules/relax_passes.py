@@ -3,8 +3,8 @@
 * ``NumpyFoldConstant``: folds calls whose arguments are all constants with numpy.  The stock
   ``relax.transform.FoldConstant`` JIT-compiles one TIR kernel per constant sub-graph, which costs
   20+ s on ResNet-50 after batch-norm folding; numpy does the same in well under a second.
-* ``SimplifyStackSum``: ONNX ``Sum(a, b, ...)`` imports as ``sum(stack([a, b]), axis=0)``; the 5-D
-  stack breaks ``ConvertLayout`` and is slow.  Rewrite it to an ``add`` chain.
+* ONNX ``Sum/Max/Min/Mean(a, b, ...)`` import as ``sum/max/min/mean(stack([a, b]), axis=0)``; the
+  stacked axis breaks ``ConvertLayout`` and is slow.  Rewritten to ``add``/``maximum``/``minimum`` chains.
 * squeeze axes are made positive (``ConvertLayout`` crashes with ``std::bad_alloc`` on negative ones).
 * ``to_nhwc``: ConvertLayout conv2d -> NHWC data / HWIO kernel (output channels innermost, so the
   micro-kernels vectorize over output channels and the weights are pre-packed at compile time).
@@ -24,6 +24,11 @@ _np_binary = {
     "relax.divide": np.divide, "relax.power": np.power, "relax.maximum": np.maximum,
     "relax.minimum": np.minimum,
 }
+
+
+# reduction over a stack of operands -> the binary op that chains them (mean divides afterwards)
+_STACK_REDUCE = {"relax.sum": relax.op.add, "relax.max": relax.op.maximum, "relax.min": relax.op.minimum,
+                 "relax.mean": relax.op.add}
 
 
 def _shape_of(e):
@@ -142,8 +147,9 @@ class _NpFolder(relax.PyExprMutator):
         rep = self._call_tir_to_op(call)
         if rep is not None:
             return self.visit_expr(rep) if False else rep
-        # ONNX Sum -> sum(stack(xs), axis=0): turn into an add chain.
-        if name == "relax.sum" and isinstance(call.args[0], relax.Var):
+        # ONNX Sum/Max/Min/Mean import as sum/max/min/mean(stack(xs), axis=0); ConvertLayout cannot
+        # handle the extra stacked axis ("Invalid SLayout"): turn them into a chain of binary ops.
+        if name in _STACK_REDUCE and isinstance(call.args[0], relax.Var):
             st = self.lookup_binding(call.args[0])
             if (isinstance(st, relax.Call) and isinstance(st.op, Op) and st.op.name == "relax.stack"
                     and int(st.attrs.axis) == 0 and call.attrs.axis is not None
@@ -152,9 +158,13 @@ class _NpFolder(relax.PyExprMutator):
                 if isinstance(tup, relax.Var):
                     tup = self.lookup_binding(tup)
                 if isinstance(tup, relax.Tuple):
+                    binary = _STACK_REDUCE[name]
                     acc = tup.fields[0]
                     for f in tup.fields[1:]:
-                        acc = self.builder_.emit(relax.op.add(acc, f))
+                        acc = self.builder_.emit(binary(acc, f))
+                    if name == "relax.mean":
+                        n = relax.const(np.array(len(tup.fields), dtype=str(call.ty.dtype)))
+                        acc = self.builder_.emit(relax.op.divide(acc, n))
                     return acc
         if name == "relax.squeeze" and call.attrs.axis is not None:
             # ConvertLayout's squeeze inference dies with std::bad_alloc on a negative axis (TVM
