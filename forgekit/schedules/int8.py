@@ -16,6 +16,7 @@ Without VNNI (and for grouped convolutions) the stock integer legalization runs:
 import numpy as np
 import tvm
 from tvm import relax, te, topi
+from .packed_conv import _const_value, _default, _ints  # shared legalization helpers
 
 #: CPUs with AVX512-VNNI (LLVM -mcpu names); ``+avx512vnni`` in ``mattr`` also counts
 _VNNI_CPUS = ("cascadelake", "cooperlake", "icelake", "icelake-server", "icelake-client", "tigerlake",
@@ -32,21 +33,6 @@ def has_vnni(target):
     mcpu = str(attrs.get("mcpu", "") or "")
     mattr = [str(x) for x in (attrs.get("mattr", None) or [])]
     return mcpu in _VNNI_CPUS or "+avx512vnni" in mattr
-
-
-def _const_value(e):
-    if isinstance(e, tvm.ir.expr.Constant):
-        v = e.value
-        return v.numpy() if hasattr(v, "numpy") else None
-    return None
-
-
-def _default(bb, call):
-    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
-
-
-def _ints(x):
-    return [int(v) for v in x]
 
 
 def _ceil(a, b):
