@@ -25,7 +25,6 @@ import tempfile
 from typing import Iterator
 
 from .errors import CompileError, ToolchainError
-from .targets.families.base import require
 
 # CUDA 13 dropped Maxwell, Pascal and Volta (Jetson Nano sm_53, TX2 sm_62, Xavier sm_72); CUDA 12.x is
 # the last toolkit that builds for them.
@@ -66,12 +65,11 @@ def find_nvcc() -> str:
         if os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
             return os.path.join(home, "bin", "nvcc")
         raise ToolchainError(f"CUDA_HOME={home} has no bin/nvcc: point it at a CUDA toolkit or unset it.")
-    if shutil.which("nvcc") is None and (wheel := _wheel_nvcc()):
-        return wheel
-    if shutil.which("nvcc") is None:
+    found = shutil.which("nvcc") or _wheel_nvcc()
+    if found is None:
         raise ToolchainError("'nvcc' is not installed: pip install 'forgekit[cuda]' (NVIDIA's nvcc wheels), "
                              "install the Debian package 'nvidia-cuda-toolkit', or use the forgekit 'cuda' image.")
-    return require("nvcc", "nvidia-cuda-toolkit", image="cuda")
+    return found
 
 
 @functools.lru_cache(maxsize=8)
