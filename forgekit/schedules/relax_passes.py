@@ -137,7 +137,6 @@ class _NpFolder(relax.PyExprMutator):
         if real == ["T_maximum"]:
             return relax.op.maximum(args[0], cst)
         return relax.op.minimum(args[0], cst)
-        return None
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -146,7 +145,7 @@ class _NpFolder(relax.PyExprMutator):
         name = call.op.name
         rep = self._call_tir_to_op(call)
         if rep is not None:
-            return self.visit_expr(rep) if False else rep
+            return rep
         # ONNX Sum/Max/Min/Mean import as sum/max/min/mean(stack(xs), axis=0); ConvertLayout cannot
         # handle the extra stacked axis ("Invalid SLayout"): turn them into a chain of binary ops.
         if name in _STACK_REDUCE and isinstance(call.args[0], relax.Var):
