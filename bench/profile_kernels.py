@@ -1,7 +1,8 @@
 """Per-kernel profile: time every scheduled PrimFunc of a model standalone (random inputs) and
 report ms x calls, so the hottest kernels show up.  Also reports GFLOP/s of MAC kernels.
 
-    TVM_NUM_THREADS=1 .venv/bin/python bench/profile_kernels.py resnet50 [--top 15]   (after bench/make_models.py)
+    TVM_NUM_THREADS=1 .venv/bin/python bench/profile_kernels.py resnet50 [--top 15] [--quantize]
+    (after bench/make_models.py)
 """
 import argparse
 import collections
@@ -91,9 +92,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--quantize", action="store_true",
+                    help="profile the static per-channel int8 module (8 random calibration samples)")
     a = ap.parse_args()
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    mod = from_onnx(onnx.load(os.path.join(HERE, "models", f"{a.model}.onnx")))
+    path = os.path.join(HERE, "models", f"{a.model}.onnx")
+    if a.quantize:
+        import forgekit
+        ir = forgekit.from_onnx(path)
+        rng = np.random.default_rng(0)
+        shape = [int(d) for d in ir.input_shapes[0]]
+        ir.calibrate([rng.standard_normal(shape).astype(np.float32) for _ in range(8)])
+        ir.quantize(per_channel=True, calib_method="percentile", quant_type="static")
+        mod = ir.mod
+    else:
+        mod = from_onnx(onnx.load(path))
     calls = collections.Counter()
     sites = {}
     fmod, smod = scheduled_module(mod, target)
@@ -118,7 +131,7 @@ def main():
         args = []
         for shp, dt in sites[name]:
             args.append(tvm.runtime.tensor(np.random.uniform(-1, 1, shp).astype(dt)
-                                           if "float" in dt else np.zeros(shp, dt), dev))
+                                           if "float" in dt else np.random.randint(-100, 100, shp).astype(dt), dev))
         t = _time_ms(lib["main"], args)
         fl = mac_flops(fmod[name])
         shp = "x".join(str(d) for d in sites[name][-1][0]) + " w" + "x".join(

@@ -16,7 +16,7 @@ Without VNNI (and for grouped convolutions) the stock integer legalization runs:
 import numpy as np
 import tvm
 from tvm import relax, te, topi
-from .packed_conv import _const_value, _default, _ints  # shared legalization helpers
+from .packed_conv import _const_value, _default, _ints, exact_in_fp32  # shared legalization helpers
 
 #: CPUs with AVX512-VNNI (LLVM -mcpu names); ``+avx512vnni`` in ``mattr`` also counts
 _VNNI_CPUS = ("cascadelake", "cooperlake", "icelake", "icelake-server", "icelake-client", "tigerlake",
@@ -61,6 +61,9 @@ def make_conv2d_int8_legalize(target, fallback):
         if not is_int8_call(call):
             return fallback(bb, call)
         a = call.attrs
+        if exact_in_fp32(call, _const_value(call.args[1])) and (not vnni or int(a.groups) != 1):
+            # depthwise (and everything without VNNI) that fp32 computes exactly: the fp32 kernel
+            return fallback(bb, call)
         if (not vnni or a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"
                 or int(a.groups) != 1):
             return _default(bb, call)
@@ -149,7 +152,7 @@ def make_matmul_int8_legalize(target, fallback):
 
 
 # ---------------------------------------------------------------- the vpdpbusd tensor intrinsic
-VNNI_INTRIN = "forgekit_dot_16x4_u8i8i32_vnni"
+VNNI_INTRIN = "forgekit_dot_16x4_u8i8i32_vnni_g"
 
 
 def register_vnni_intrin():
@@ -166,7 +169,7 @@ def register_vnni_intrin():
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((4,), "uint8", offset_factor=1), B: T.Buffer((16, 4), "int8", offset_factor=1),
-             C: T.Buffer((16,), "int32", offset_factor=1, scope="local")) -> None:
+             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:4], B[0:16, 0:4])
             T.writes(C[0:16])
@@ -178,18 +181,21 @@ def register_vnni_intrin():
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((4,), "uint8", offset_factor=1), B: T.Buffer((16, 4), "int8", offset_factor=1),
-             C: T.Buffer((16,), "int32", offset_factor=1, scope="local")) -> None:
+             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:4], B[0:16, 0:4])
             T.writes(C[0:16])
             # LLVM >= 20 types the intrinsic as (<16 x i32>, <64 x i8>, <64 x i8>) (TVM's own copy still
             # passes <16 x i32> operands and fails LLVM's verifier)
-            a_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
-            a_u8 = T.reinterpret(T.broadcast(a_i32, 16), dtype="int8x64")
+            # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
+            # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
             C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
                 T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-                C.vload([0], dtype="int32x16"), a_u8, B.vload([0, 0], dtype="int8x64"), dtype="int32x16")
+                C.vload([0], dtype="int32x16"),
+                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"), 16), dtype="int8x64"),
+                B.vload([0, 0], dtype="int8x64"), dtype="int32x16")
 
-    # the accumulator lives in a "local" (register) buffer, and tensorize compares storage scopes
+    # the accumulator is a default-scope buffer under 1 KiB (see rules.common.acc_scope): tensorize
+    # compares storage scopes, so the schedule must give the tile exactly this scope
     TensorIntrin.register(VNNI_INTRIN, desc, impl)
     return VNNI_INTRIN

@@ -29,16 +29,39 @@ def _ints(x):
     return [int(v) for v in x]
 
 
+#: fp32 holds every integer up to 2**24 exactly: an int8/uint8 x int8 convolution whose reduction is
+#: short enough (|sum| <= K * 128 * 255) computes exactly in fp32, on the fast fp32 kernels
+_FP32_EXACT = 2 ** 24
+
+
+def exact_in_fp32(call, w):
+    """Whether the integer conv2d ``call`` (int8/uint8 data, int8 constant weight ``w``, int32 out) can
+    run in fp32 without rounding: every partial sum stays below 2**24."""
+    data = call.args[0]
+    if str(data.ty.dtype) not in ("int8", "uint8") or str(call.attrs.out_dtype) != "int32":
+        return False
+    if w is None or str(w.dtype) != "int8":
+        return False
+    kh, kw, icg, _ = w.shape
+    return kh * kw * icg * 128 * 255 < _FP32_EXACT
+
+
 def make_conv2d_legalize(tinfo):
     def _legalize(bb, call):
         a = call.attrs
-        if (a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"
-                or str(a.out_dtype) not in ("", "None", "void", "float32")):
-            return _default(bb, call)
         data, weight = call.args
         w = _const_value(weight)
-        if w is None or str(data.ty.dtype) != "float32" or data.ty.shape is None:
+        if a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC":
             return _default(bb, call)
+        # integer convolutions that fp32 computes exactly (depthwise int8: 9 taps) take the fp32
+        # kernel: exact, and 2x the stock integer schedule (no integer FMA without VNNI dot products)
+        int_exact = exact_in_fp32(call, w)
+        if not int_exact and str(a.out_dtype) not in ("", "None", "void", "float32"):
+            return _default(bb, call)
+        if w is None or (str(data.ty.dtype) != "float32" and not int_exact) or data.ty.shape is None:
+            return _default(bb, call)
+        if int_exact:
+            w = w.astype(np.float32)
         try:
             n, h, wd, ic = _ints(data.ty.shape.values)
         except Exception:  # pylint: disable=broad-except
@@ -77,11 +100,13 @@ def make_conv2d_legalize(tinfo):
             out = te.compute(
                 (n, oh, ow, ocp),
                 lambda b, y, xx, ff: te.sum(
-                    x[b, y * sh + ry * dh, xx * sw + rx * dw, cidx(ff, rc)]
+                    x[b, y * sh + ry * dh, xx * sw + rx * dw, cidx(ff, rc)].astype("float32")
                     * wp[ff // vt, ry, rx, rc, ff % vt], axis=[ry, rx, rc]),
                 name="conv2d_nhwc")
             if ocp != oc:
                 out = te.compute((n, oh, ow, oc), lambda *i: out(*i), name="T_slice_oc")
+            if int_exact:
+                out = te.compute((n, oh, ow, oc), lambda *i: out(*i).astype("int32"), name="T_exact_int")
             return out
         return bb.call_te(f, data, relax.const(packed), primfunc_name_hint="conv2d")
     return _legalize

@@ -12,10 +12,25 @@ Schedule::
         epilogue (-128*sum(W) fix-up, dequantize, bias, relu, requantize of the next layer)
 """
 from .. import int8
-from .common import best_divisor, blocks_of, ext, is_reduction, iter_kinds, parallel_spatial, vectorize_inner
+from .common import acc_scope, best_divisor, stack_budget, blocks_of, ext, is_reduction, iter_kinds, parallel_spatial, vectorize_inner
 from .tiled import MIN_PARALLEL_MACS
 
 BLOCKS = ("conv2d_nhwc_int8", "matmul_int8")
+
+
+def choose_int8_tile(nvec, er, budget):
+    """(vectors per row ``nv``, rows ``rt``) of the accumulator tile: ``nv`` divides the ``nvec`` output
+    vectors, ``rt`` the row extent ``er``, ``nv * rt <= budget``; maximizes vpdpbusd per load
+    (``nv * rt`` dot products per ``nv`` weight loads + ``rt`` broadcasts)."""
+    best = None
+    for nv in (1, 2, 3, 4):
+        if nvec % nv or nv > budget:
+            continue
+        rt = best_divisor(er, max(1, budget // nv)) if er else 1
+        score = (rt * nv / (rt + nv), rt * nv)
+        if best is None or score > best[0]:
+            best = (score, nv, rt)
+    return best[1], best[2]
 
 
 class GemmInt8Rule:
@@ -43,9 +58,8 @@ class GemmInt8Rule:
         ev, er = ext(sch, sl[-1]), ext(sch, sl[-2])
         if ev is None or ev % int8.LANES or ext(sch, rl[-1]) != int8.RED:
             raise ValueError("vector axis not a multiple of 16 or no 4-byte reduction")
-        nv = 2 if ev % (2 * int8.LANES) == 0 else 1
-        budget = tinfo.acc_budget
-        rt = best_divisor(er, max(1, budget // nv)) if er is not None else 1
+        nv, rt = choose_int8_tile(ev // int8.LANES, er, stack_budget(tinfo.__class__(
+            int8.LANES, tinfo.num_regs, tinfo.num_cores, tinfo.arch)))
         macs = 1
         for l in loops:
             macs *= ext(sch, l) or 1
@@ -60,7 +74,7 @@ class GemmInt8Rule:
         for c in consumers[:-1]:
             sch.compute_inline(c)
         last = consumers[-1]
-        sch.set_scope(main, 0, "local")
+        sch.set_scope(main, 0, acc_scope(rt * nv * int8.LANES * 4))
         sch.reverse_compute_at(last, outer, preserve_unit_loops=False)
         vectorize_inner(sch, last, tinfo.vec_lanes)
         init = sch.decompose_reduction(main, rl[0])

@@ -19,10 +19,11 @@ AVX2: 16 ymm, NEON: 32 q).
 from dataclasses import dataclass
 from typing import Optional
 
+import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad as _BufferLoad
 
-from .common import (try_inline, best_divisor, blocks_of, ext, is_reduction, iter_kinds, loops_match_iters,
+from .common import (acc_scope, stack_budget, try_inline, best_divisor, blocks_of, ext, is_reduction, iter_kinds, loops_match_iters,
                      parallel_spatial, vectorize_inner)
 
 
@@ -115,7 +116,7 @@ def _is_identity_copy(sch, blk):
 
 
 def choose_tiles(ev, er, tinfo):
-    lanes, budget = tinfo.vec_lanes, tinfo.acc_budget
+    lanes, budget = tinfo.vec_lanes, stack_budget(tinfo)
     best = None
     for nv in (2, 1, 4):
         vt = lanes * nv
@@ -207,15 +208,16 @@ def schedule_gemm_like(sch, g: GemmLike, tinfo, knobs=None):
         sch.parallel(outer)
 
     # epilogue: inline the elementwise chain and compute it per tile
+    acc_bytes = vt * rt * tvm.DataType(str(sch.get(main).writes[0].source.dtype)).bits // 8
     if consumers:
         for c in consumers[:-1]:
             sch.compute_inline(c)
         last = consumers[-1]
-        sch.set_scope(main, 0, "local")
+        sch.set_scope(main, 0, acc_scope(acc_bytes))
         sch.reverse_compute_at(last, outer, preserve_unit_loops=False)
         vectorize_inner(sch, last, lanes)
     else:
-        wb = sch.cache_write(main, 0, "local")
+        wb = sch.cache_write(main, 0, acc_scope(acc_bytes))
         sch.reverse_compute_at(wb, outer, preserve_unit_loops=False)
         vectorize_inner(sch, wb, lanes)
 
