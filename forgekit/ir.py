@@ -354,7 +354,7 @@ class IRModule:
     def quantize(self, activation_dtype: str = "int8", kernel_dtype: str | None = None, bias_dtype: str | None = None,
                  per_channel: bool = False, calib_method: str = "average", quant_type: str = "any", *,
                  percentile: float = 99.0, smoothing: float | None = 0.75,
-                 max_accuracy_drop: float | None = None) -> None:
+                 max_accuracy_drop: float | None = None, quantize_depthwise: bool = False) -> None:
         """Post-training quantization to integer conv2d/matmul (int32 accumulation), in place.
 
         ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (for tensors that are never negative;
@@ -364,7 +364,8 @@ class IRModule:
         or ``any`` (static when calibrated).  ``smoothing`` (SmoothQuant's alpha, None to disable)
         balances outlier input channels of matmuls into their weights.  ``max_accuracy_drop`` (e.g. 0.01) keeps the most sensitive
         layers in fp32 until the output agreement on the calibration samples is within the budget; the
-        per-layer report is then in :attr:`quantization_report`.
+        per-layer report is then in :attr:`quantization_report`.  Depthwise convolutions stay fp32 (faster
+        and more accurate on this compiler's kernels) unless ``quantize_depthwise``.
         """
         from . import quantize as q
 
@@ -372,7 +373,7 @@ class IRModule:
             raise UsageError("The model is already quantized.")
         options = dict(activation_dtype=activation_dtype, kernel_dtype=kernel_dtype, bias_dtype=bias_dtype,
                        per_channel=per_channel, calib_method=calib_method, quant_type=quant_type,
-                       percentile=percentile, smoothing=smoothing)
+                       percentile=percentile, smoothing=smoothing, quantize_depthwise=quantize_depthwise)
         if max_accuracy_drop is not None:
             from .quantize import report
 

@@ -106,14 +106,24 @@ def test_static_per_channel_matches_fp32(calibrated, float_outputs, method) -> N
     q.quantize(per_channel=True, calib_method=method, quant_type="static")
     assert q.is_quantized and q.precision == "int8" and not calibrated.is_quantized
     text = q.mod.script()
-    assert text.count('out_dtype="int32"') == 4  # 3 conv2d + 1 matmul on integers
+    assert text.count('out_dtype="int32"') == 3  # 2 conv2d + 1 matmul on integers; depthwise stays fp32
     f = q.get_inference_function("host")
     for x, ref in zip(samples(3, seed=7), float_outputs):
         out = f(x)
         assert cosine(out, ref) >= 0.99 and out.argmax() == ref.argmax()
     info = q.quantization
     assert info["quant_type"] == "static" and info["calib_method"] == method and info["per_channel"]
-    assert info["quantized_ops"] == 4 and info["calibration_samples"] == 6
+    assert info["quantized_ops"] == 3 and info["calibration_samples"] == 6
+    assert info["fp32_ops"] == [graph.describe(calibrated.mod["main"])[2].name] and not info["quantize_depthwise"]
+
+
+def test_quantize_depthwise_on_request(calibrated, float_outputs) -> None:
+    q = calibrated.copy()
+    q.quantize(per_channel=True, calib_method="minmax", quant_type="static", quantize_depthwise=True)
+    assert q.mod.script().count('out_dtype="int32"') == 4 and q.quantization["fp32_ops"] == []
+    f = q.get_inference_function("host")
+    for x, ref in zip(samples(3, seed=7), float_outputs):
+        assert cosine(f(x), ref) >= 0.99
 
 
 def test_uint8_activations_for_non_negative_tensors(calibrated, float_outputs) -> None:
@@ -178,7 +188,9 @@ def test_max_accuracy_drop_keeps_layers_in_fp32() -> None:
     ir2.calibrate(samples(3))
     ir2.quantize(per_channel=True, max_accuracy_drop=0.05)
     rep2 = ir2.quantization_report
-    assert rep2["budget_met"] and rep2["fp32_layers"] == [] and len(rep2["layers"]) == 3
+    depthwise = graph.describe(ir2._float_mod["main"])[2].name  # fp32 by policy, not by the budget
+    assert rep2["budget_met"] and rep2["fp32_layers"] == [depthwise] and len(rep2["layers"]) == 3
+    assert [layer["precision"] for layer in rep2["layers"]] == ["int8", "int8", "float32"]
     assert all(layer["cosine"] > 0.98 and layer["snr_db"] > 10 for layer in rep2["layers"])
     with pytest.raises(UsageError, match="between 0 and 1"):
         forgekit.from_onnx(make_cnn()).quantize(max_accuracy_drop=5)
@@ -276,7 +288,7 @@ def test_cli_compile_quantized(tmp_path) -> None:
     assert meta["precision"] == "int8"
     q = meta["quantization"]
     assert q["calib_method"] == "percentile" and q["per_channel"] and q["quant_type"] == "static"
-    assert q["percentile"] == 99.0 and q["calibration_samples"] == 4 and len(q["layers"]) == 4
+    assert q["percentile"] == 99.0 and q["calibration_samples"] == 4 and len(q["layers"]) == 3
     assert run_cli("run", str(out), "--random").returncode == 0
 
     bad = tmp_path / "bad.npy"
