@@ -307,6 +307,11 @@ def test_cli_compile_quantized(tmp_path) -> None:
     assert rep.returncode == 0, rep.stderr
     data = json.loads((tmp_path / "rep.json").read_text())
     assert data["metric"] == "top1_agreement" and len(data["layers"]) == 4 and "cos" in rep.stdout
+    assert [layer["precision"] for layer in data["layers"]].count("float32") == 1  # the depthwise conv
+    rep = run_cli("quantize-report", str(model), "--calib-data", str(tmp_path / "calib.npy"), "--quantize-depthwise",
+                  "-o", str(tmp_path / "rep_dw.json"))
+    assert rep.returncode == 0, rep.stderr
+    assert {layer["precision"] for layer in json.loads((tmp_path / "rep_dw.json").read_text())["layers"]} == {"int8"}
 
 
 # ----------------------------------------------------------------------------- pre-quantized ONNX
