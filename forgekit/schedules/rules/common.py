@@ -93,20 +93,14 @@ def parallel_spatial(sch, block, lanes, min_par=2):
         total0 *= e
     if total0 < MIN_PARALLEL_ELEMS:
         min_par = 1 << 62
-    if inner_e % lanes == 0:
-        # split the innermost axis first so vector lanes index it as a clean ramp
-        # (fusing first gives floormod(fused*16 + lane, C) which defeats vector loads)
-        c_o, vi = sch.split(loops[-1], [None, lanes])
-        o = sch.fuse(*loops[:-1], c_o) if len(loops) > 1 else c_o
-        sch.vectorize(vi)
-        if ext(sch, o) >= min_par:
-            sch.parallel(o)
-        return
-    half = next((d for d in (lanes // 2, lanes // 4) if d >= 4 and inner_e % d == 0), None)
-    if inner_e > lanes and half:
-        # e.g. 24 channels with 16 lanes: 8-lane vectors over the channel axis; vectorizing the fused
-        # index instead turns every per-channel operand (scale, bias) into a 16-lane gather (10x slower)
-        c_o, vi = sch.split(loops[-1], [None, half])
+    # split the innermost axis first so vector lanes index it as a clean ramp (fusing first gives
+    # floormod(fused*16 + lane, C), which defeats vector loads); when it is not a multiple of the lanes
+    # (e.g. 24 channels with 16 lanes) use 8- or 4-lane vectors over it: vectorizing the fused index
+    # instead turns every per-channel operand (scale, bias) into a 16-lane gather (10x slower)
+    width = lanes if inner_e % lanes == 0 else next(
+        (d for d in (lanes // 2, lanes // 4) if inner_e > lanes and d >= 4 and inner_e % d == 0), None)
+    if width:
+        c_o, vi = sch.split(loops[-1], [None, width])
         o = sch.fuse(*loops[:-1], c_o) if len(loops) > 1 else c_o
         sch.vectorize(vi)
         if ext(sch, o) >= min_par:
