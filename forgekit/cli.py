@@ -251,15 +251,17 @@ MaxDropOpt = Annotated[Optional[float], typer.Option("--max-accuracy-drop", help
                                                      "fp32 until the drop (e.g. 0.01) is met on the calibration data.")]
 DepthwiseOpt = Annotated[bool, typer.Option("--quantize-depthwise", help="Quantize depthwise convolutions too "
                                             "(by default they stay fp32: no faster in int8, and lossier).")]
+BiasCorrectionOpt = Annotated[bool, typer.Option("--bias-correction/--no-bias-correction", help="Remove the mean "
+                                                 "output error of weight rounding (static; on by default).")]
 
 
 def quantize_ir(ir: Any, dtype: str, calib_data: str | None, method: str, per_channel: bool, quant_type: str,
-                max_drop: float | None, depthwise: bool = False) -> None:
+                max_drop: float | None, depthwise: bool = False, bias_correction: bool = True) -> None:
     """Calibrate (when data is given) and quantize ``ir`` in place: the CLI's --quantize."""
     if calib_data is not None:
         ir.calibrate(calib_data)
     ir.quantize(activation_dtype=dtype, per_channel=per_channel, calib_method=method, quant_type=quant_type,
-                max_accuracy_drop=max_drop, quantize_depthwise=depthwise)
+                max_accuracy_drop=max_drop, quantize_depthwise=depthwise, bias_correction=bias_correction)
 
 
 @app.command()
@@ -298,6 +300,7 @@ def compile(  # noqa: A001 - the verb users type
     quant_type: QuantTypeOpt = "any",
     max_accuracy_drop: MaxDropOpt = None,
     quantize_depthwise: DepthwiseOpt = False,
+    bias_correction: BiasCorrectionOpt = True,
 ) -> None:
     """Compile a model into an artifact directory (model_library.so + metadata.json)."""
     from .ir import from_onnx
@@ -313,7 +316,7 @@ def compile(  # noqa: A001 - the verb users type
     ir = from_onnx(path, parse_shapes(input_shape))
     if quantize is not None:
         quantize_ir(ir, quantize, calib_data, calib_method, per_channel, quant_type, max_accuracy_drop,
-                    quantize_depthwise)
+                    quantize_depthwise, bias_correction)
     elif calib_data is not None:
         raise UsageError("--calib-data needs --quantize int8|uint8.")
     with _tuning_progress(tune_trials) as progress:
@@ -752,6 +755,7 @@ def quantize_report(
     quant_type: QuantTypeOpt = "any",
     max_accuracy_drop: MaxDropOpt = None,
     quantize_depthwise: DepthwiseOpt = False,
+    bias_correction: BiasCorrectionOpt = True,
     input_shape: ShapeOpt = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Also write the report as JSON.")] = None,
 ) -> None:
@@ -763,7 +767,7 @@ def quantize_report(
 
     ir = from_onnx(model, parse_shapes(input_shape))
     quantize_ir(ir, quantize, calib_data, calib_method, per_channel, quant_type, max_accuracy_drop,
-                    quantize_depthwise)
+                    quantize_depthwise, bias_correction)
     rep = ir.quantization_report or accuracy_report(ir)
     for layer in rep["layers"]:
         print(f"{layer['name']:24s} {layer['op']:7s} {layer['precision']:8s} cos {layer['cosine']:.5f}  "

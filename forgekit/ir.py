@@ -354,11 +354,14 @@ class IRModule:
     def quantize(self, activation_dtype: str = "int8", kernel_dtype: str | None = None, bias_dtype: str | None = None,
                  per_channel: bool = False, calib_method: str = "average", quant_type: str = "any", *,
                  percentile: float = 99.0, smoothing: float | None = 0.75,
-                 max_accuracy_drop: float | None = None, quantize_depthwise: bool = False) -> None:
+                 max_accuracy_drop: float | None = None, quantize_depthwise: bool = False,
+                 bias_correction: bool = True) -> None:
         """Post-training quantization to integer conv2d/matmul (int32 accumulation), in place.
 
-        ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (for tensors that are never negative;
-        symmetric int8 elsewhere).  Weights are symmetric int8, per output channel with ``per_channel``.
+        ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (asymmetric, with a zero point; where a
+        conv pads its input only tensors that are never negative take uint8, the rest symmetric int8).
+        Weights are symmetric int8, per output channel with ``per_channel``; ``bias_correction`` (static)
+        removes the mean output error of weight rounding using the calibrated input means.
         ``calib_method``: ``average``, ``entropy``, ``minmax`` or ``percentile`` (``percentile``=99).
         ``quant_type``: ``static`` (needs :meth:`calibrate`), ``dynamic`` (activation ranges at run time)
         or ``any`` (static when calibrated).  ``smoothing`` (SmoothQuant's alpha, None to disable)
@@ -373,7 +376,8 @@ class IRModule:
             raise UsageError("The model is already quantized.")
         options = dict(activation_dtype=activation_dtype, kernel_dtype=kernel_dtype, bias_dtype=bias_dtype,
                        per_channel=per_channel, calib_method=calib_method, quant_type=quant_type,
-                       percentile=percentile, smoothing=smoothing, quantize_depthwise=quantize_depthwise)
+                       percentile=percentile, smoothing=smoothing, quantize_depthwise=quantize_depthwise,
+                       bias_correction=bias_correction)
         if max_accuracy_drop is not None:
             from .quantize import report
 

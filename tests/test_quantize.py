@@ -135,6 +135,105 @@ def test_uint8_activations_for_non_negative_tensors(calibrated, float_outputs) -
     assert cosine(q.get_inference_function("host")(samples(1, seed=7)[0]), float_outputs[0]) >= 0.99
 
 
+def _one_conv(k: int, pads: int, seed: int = 0, outlier: float = 1.0) -> onnx.ModelProto:
+    """x[1, 8, 6, 6] -> Conv kxk (8 -> 16, bias) -> y; output channel 0's weights scaled by ``outlier``."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((16, 8, k, k)) * 0.2
+    w[0] *= outlier
+    inits = [numpy_helper.from_array(w.astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b")]
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[pads] * 4)], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6 + 2 * pads - k + 1,
+                                                                                 6 + 2 * pads - k + 1])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+def _hardswish_like(n: int, seed: int) -> list[np.ndarray]:
+    """Mostly positive activations with a small negative tail, as after hardswish (min -0.375)."""
+    rng = np.random.default_rng(seed)
+    return [np.maximum(rng.standard_normal((1, 8, 6, 6)) * 2 + 1, -0.375).astype(np.float32) for _ in range(n)]
+
+
+def test_uint8_is_asymmetric_where_the_op_does_not_pad() -> None:
+    for k, pads, zero_point in ((1, 0, True), (3, 1, False)):
+        ir = forgekit.from_onnx(_one_conv(k, pads))
+        ir.calibrate(_hardswish_like(6, 1))
+        x = _hardswish_like(1, 2)[0]
+        ref = ir.get_inference_function("host")(x)
+        got = {}
+        for dtype in ("int8", "uint8"):
+            q = ir.copy()
+            q.quantize(activation_dtype=dtype, calib_method="minmax", per_channel=True, smoothing=None)
+            got[dtype] = q.get_inference_function("host")(x)
+            layer = q.quantization["layers"][0]
+            if dtype == "uint8":
+                # a zero point only where padding need not stay exact zero; signed data under padding: int8
+                assert layer["activation_dtype"] == ("uint8" if zero_point else "int8")
+                assert (layer["activation_zero_point"] > 0) == zero_point
+        err = {d: float(np.linalg.norm(v - ref)) for d, v in got.items()}
+        assert cosine(got["uint8"], ref) >= 0.9999
+        if zero_point:  # range [-0.375, max] over 256 levels, not [-max, max]: about half the error
+            assert err["uint8"] < 0.7 * err["int8"]
+        else:
+            assert err["uint8"] == pytest.approx(err["int8"], rel=1e-5)
+
+
+def test_weight_error_bias_matches_a_convolution_of_the_mean() -> None:
+    import onnxruntime as ort
+
+    from forgekit.quantize.rewrite import weight_error_bias
+
+    rng = np.random.default_rng(0)
+    for groups in (1, 2, 8):
+        dw = rng.standard_normal((8, 8 // groups, 3, 3)).astype(np.float32)
+        mean = rng.standard_normal(8).astype(np.float32)
+        # ORT reference: convolving a constant image of the channel means with the weight error gives the
+        # output shift at every interior pixel
+        g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=groups)], "c",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])],
+                              [numpy_helper.from_array(dw, "w")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+        m.ir_version = 8
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        x = np.broadcast_to(mean[None, :, None, None], (1, 8, 3, 3)).astype(np.float32)
+        expect = sess.run(None, {"x": x})[0].ravel()
+        zero = np.zeros_like(dw)
+        np.testing.assert_allclose(weight_error_bias(zero, dw, mean, True, groups), expect, rtol=1e-5, atol=1e-5)
+    w = rng.standard_normal((6, 4)).astype(np.float32)  # matmul [K, N]
+    np.testing.assert_allclose(weight_error_bias(w, w + 0.5, np.arange(6, dtype=np.float32), False, 1),
+                               np.full(4, 0.5 * 15), rtol=1e-6)
+
+
+def test_bias_correction_removes_the_mean_error() -> None:
+    # per-tensor weights sized by one large output channel: the other channels' weights round coarsely,
+    # and with positive inputs (log-normal, mean 1.6) their rounding errors shift each output channel
+    ir = forgekit.from_onnx(_one_conv(1, 0, seed=3, outlier=8.0))
+
+    def positive(n: int, seed: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return [np.exp(rng.standard_normal((1, 8, 6, 6)) * 0.5).astype(np.float32) for _ in range(n)]
+
+    ir.calibrate(positive(8, 1))
+    xs = positive(32, 5)
+    f = ir.get_inference_function("host")
+    refs = [f(x) for x in xs]
+    errors = {}
+    for on in (True, False):
+        q = ir.copy()
+        q.quantize(calib_method="minmax", smoothing=None, bias_correction=on)  # per-tensor weights: coarse
+        assert q.quantization["bias_correction"] is on
+        g = q.get_inference_function("host")
+        errors[on] = np.stack([g(x) - r for x, r in zip(xs, refs)])
+    # the systematic part (mean over samples and pixels, per output channel) is what the correction removes
+    bias = {on: float(np.linalg.norm(e.mean(axis=(0, 2, 3)))) for on, e in errors.items()}
+    assert bias[True] < 0.3 * bias[False]
+    assert np.linalg.norm(errors[True]) < np.linalg.norm(errors[False])
+
+
 def test_dynamic_needs_no_calibration(float_outputs) -> None:
     ir = forgekit.from_onnx(make_cnn())
     ir.quantize()  # "any" without calibration is dynamic
@@ -289,6 +388,7 @@ def test_cli_compile_quantized(tmp_path) -> None:
     q = meta["quantization"]
     assert q["calib_method"] == "percentile" and q["per_channel"] and q["quant_type"] == "static"
     assert q["percentile"] == 99.0 and q["calibration_samples"] == 4 and len(q["layers"]) == 3
+    assert q["bias_correction"] is True
     assert run_cli("run", str(out), "--random").returncode == 0
 
     bad = tmp_path / "bad.npy"
@@ -309,7 +409,7 @@ def test_cli_compile_quantized(tmp_path) -> None:
     assert data["metric"] == "top1_agreement" and len(data["layers"]) == 4 and "cos" in rep.stdout
     assert [layer["precision"] for layer in data["layers"]].count("float32") == 1  # the depthwise conv
     rep = run_cli("quantize-report", str(model), "--calib-data", str(tmp_path / "calib.npy"), "--quantize-depthwise",
-                  "-o", str(tmp_path / "rep_dw.json"))
+                  "--no-bias-correction", "-o", str(tmp_path / "rep_dw.json"))
     assert rep.returncode == 0, rep.stderr
     assert {layer["precision"] for layer in json.loads((tmp_path / "rep_dw.json").read_text())["layers"]} == {"int8"}
 

@@ -16,6 +16,14 @@ import numpy as np
 BINS = 2048
 
 
+def _merge(old: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray,
+           hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (min, max) so far; a changed channel count (dynamic shapes) starts over."""
+    if old is None or old[0].shape != lo.shape:
+        return lo, hi
+    return np.minimum(old[0], lo), np.maximum(old[1], hi)
+
+
 @dataclass
 class TensorStats:
     """Statistics of one tensor over all calibration samples seen so far."""
@@ -30,6 +38,14 @@ class TensorStats:
     channel_absmax: np.ndarray | None = None
     #: max |x| per channel of axis 1 of 4-D tensors (conv inputs in NCHW)
     axis1_absmax: np.ndarray | None = None
+    #: signed (min, max) per channel of the last axis / of axis 1 of 4-D tensors: the range of a smoothed
+    #: tensor ``x / s`` for asymmetric (zero-point) quantization
+    channel_range: tuple[np.ndarray, np.ndarray] | None = None
+    axis1_range: tuple[np.ndarray, np.ndarray] | None = None
+    #: mean per channel of the last axis / of axis 1 of 4-D tensors: the expected value of the output
+    #: error that weight rounding causes, ``(Wq - W) @ mean(x)``, which bias correction removes
+    channel_mean: np.ndarray | None = None
+    axis1_mean: np.ndarray | None = None
 
     def update(self, x: np.ndarray) -> None:
         """Add one observed value of the tensor."""
@@ -41,21 +57,26 @@ class TensorStats:
         absmax = max(abs(lo), abs(hi))
         self.absmax_sum += absmax
         if x.ndim == 4:
-            c1 = np.abs(x).max(axis=(0, 2, 3))
-            same = self.axis1_absmax is not None and self.axis1_absmax.shape == c1.shape
-            self.axis1_absmax = np.maximum(self.axis1_absmax, c1) if same else c1
+            self.axis1_range = _merge(self.axis1_range, x.min(axis=(0, 2, 3)), x.max(axis=(0, 2, 3)))
+            self.axis1_absmax = np.maximum(-self.axis1_range[0], self.axis1_range[1])
+            self.axis1_mean = self._average(self.axis1_mean, x.mean(axis=(0, 2, 3), dtype=np.float64))
         if x.ndim >= 2:
-            per_channel = np.abs(x.reshape(-1, x.shape[-1])).max(axis=0)
-            if self.channel_absmax is None or self.channel_absmax.shape != per_channel.shape:
-                self.channel_absmax = per_channel
-            else:
-                self.channel_absmax = np.maximum(self.channel_absmax, per_channel)
+            flat = x.reshape(-1, x.shape[-1])
+            self.channel_range = _merge(self.channel_range, flat.min(axis=0), flat.max(axis=0))
+            self.channel_absmax = np.maximum(-self.channel_range[0], self.channel_range[1])
+            self.channel_mean = self._average(self.channel_mean, flat.mean(axis=0, dtype=np.float64))
         self.count += 1
         if absmax > self.hist_range:
             self._rebin(absmax if self.hist_range == 0 else max(absmax, 2 * self.hist_range))
         if self.hist_range > 0:
             counts, _ = np.histogram(np.abs(x), bins=BINS, range=(0.0, self.hist_range))
             self.hist += counts
+
+    def _average(self, old: np.ndarray | None, new: np.ndarray) -> np.ndarray:
+        """Running mean over the samples seen (this one is sample ``count + 1``)."""
+        if old is None or old.shape != new.shape:
+            return new
+        return old + (new - old) / (self.count + 1)
 
     def _rebin(self, new_range: float) -> None:
         """Spread the counts of the old bins over a wider range (each old bin lands in one new bin)."""
