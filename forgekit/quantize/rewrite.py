@@ -123,6 +123,8 @@ def _rewriter_class() -> Any:
             wq, ws = quantize_weight(w if is_conv else w.T, plan.per_channel)
             if not is_conv:
                 wq = np.ascontiguousarray(wq.T)
+            # per-output-channel constants broadcast over NCHW conv outputs / the last axis of matmuls
+            channel_shape = (1, -1, 1, 1) if is_conv else (-1,)
             offset = np.zeros(ws.shape, np.float32)
             if plan.input_mean is not None:
                 deq_w = wq * (ws.reshape(-1, 1, 1, 1) if is_conv else ws[None, :]) / smooth
@@ -150,14 +152,12 @@ def _rewriter_class() -> Any:
                 a = call.attrs
                 acc = emit(op.nn.conv2d(xq, relax.const(wq), strides=a.strides, padding=a.padding,
                                         dilation=a.dilation, groups=a.groups, out_dtype="int32"))
-                wscale = f32(ws.reshape(1, -1, 1, 1))
             else:
                 acc = emit(op.matmul(xq, relax.const(wq), out_dtype="int32"))
-                wscale = f32(ws)
-            scale = wscale if plan.x_scale is None else f32(np.float32(plan.x_scale) * ws.reshape(wscale.value.numpy().shape))
             deq = emit(op.astype(acc, "float32"))
             if plan.x_scale is None:
-                return op.multiply(op.multiply(deq, sx), wscale)
+                return op.multiply(op.multiply(deq, sx), f32(ws.reshape(channel_shape)))
+            scale = f32(np.float32(plan.x_scale) * ws.reshape(channel_shape))
             if plan.zero_point:
                 # sum_k (q_k - zp) * Wq_k = acc - zp * sum_k Wq_k: a per-output-channel constant, folded
                 # into the dequantize of the epilogue (only ops without padding get a zero point)
@@ -165,7 +165,7 @@ def _rewriter_class() -> Any:
                 offset -= np.float32(plan.x_scale) * ws * (plan.zero_point * wsum).astype(np.float32)
             if not offset.any():
                 return op.multiply(deq, scale)
-            return op.add(op.multiply(deq, scale), f32(offset.reshape(scale.value.numpy().shape)))
+            return op.add(op.multiply(deq, scale), f32(offset.reshape(channel_shape)))
 
     return Rewriter
 

@@ -34,12 +34,8 @@ class TensorStats:
     count: int = 0
     hist_range: float = 0.0
     hist: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.float64))
-    #: max |x| per channel of the last axis (matmul inputs: the K channels SmoothQuant balances)
-    channel_absmax: np.ndarray | None = None
-    #: max |x| per channel of axis 1 of 4-D tensors (conv inputs in NCHW)
-    axis1_absmax: np.ndarray | None = None
-    #: signed (min, max) per channel of the last axis / of axis 1 of 4-D tensors: the range of a smoothed
-    #: tensor ``x / s`` for asymmetric (zero-point) quantization
+    #: signed (min, max) per channel of the last axis (matmul inputs: the K channels SmoothQuant balances)
+    #: / of axis 1 of 4-D tensors (conv inputs in NCHW): the range of a smoothed tensor ``x / s``
     channel_range: tuple[np.ndarray, np.ndarray] | None = None
     axis1_range: tuple[np.ndarray, np.ndarray] | None = None
     #: mean per channel of the last axis / of axis 1 of 4-D tensors: the expected value of the output
@@ -58,12 +54,10 @@ class TensorStats:
         self.absmax_sum += absmax
         if x.ndim == 4:
             self.axis1_range = _merge(self.axis1_range, x.min(axis=(0, 2, 3)), x.max(axis=(0, 2, 3)))
-            self.axis1_absmax = np.maximum(-self.axis1_range[0], self.axis1_range[1])
             self.axis1_mean = self._average(self.axis1_mean, x.mean(axis=(0, 2, 3), dtype=np.float64))
         if x.ndim >= 2:
             flat = x.reshape(-1, x.shape[-1])
             self.channel_range = _merge(self.channel_range, flat.min(axis=0), flat.max(axis=0))
-            self.channel_absmax = np.maximum(-self.channel_range[0], self.channel_range[1])
             self.channel_mean = self._average(self.channel_mean, flat.mean(axis=0, dtype=np.float64))
         self.count += 1
         if absmax > self.hist_range:
@@ -84,6 +78,16 @@ class TensorStats:
             centers = (np.arange(BINS) + 0.5) * (self.hist_range / BINS)
             self.hist, _ = np.histogram(centers, bins=BINS, range=(0.0, new_range), weights=self.hist)
         self.hist_range = new_range
+
+    @property
+    def channel_absmax(self) -> np.ndarray | None:
+        """max |x| per channel of the last axis."""
+        return None if self.channel_range is None else np.maximum(-self.channel_range[0], self.channel_range[1])
+
+    @property
+    def axis1_absmax(self) -> np.ndarray | None:
+        """max |x| per channel of axis 1 (4-D tensors)."""
+        return None if self.axis1_range is None else np.maximum(-self.axis1_range[0], self.axis1_range[1])
 
     @property
     def absmax(self) -> float:
