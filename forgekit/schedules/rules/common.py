@@ -157,6 +157,7 @@ def acc_scope(nbytes):
     return "global" if nbytes < STACK_BYTES else "local"
 
 
-def stack_budget(tinfo, elem_bytes=4):
-    """Vector accumulators a tile may hold: the register budget, capped to fit on the stack."""
-    return max(1, min(tinfo.acc_budget, (STACK_BYTES - 1) // (tinfo.vec_lanes * elem_bytes)))
+def stack_budget(tinfo, lanes=None, elem_bytes=4):
+    """Vector accumulators of ``lanes`` (default: the target's fp32 lanes) elements a tile may hold:
+    the register budget, capped to fit on the stack."""
+    return max(1, min(tinfo.acc_budget, (STACK_BYTES - 1) // ((lanes or tinfo.vec_lanes) * elem_bytes)))

@@ -58,8 +58,7 @@ class GemmInt8Rule:
         ev, er = ext(sch, sl[-1]), ext(sch, sl[-2])
         if ev is None or ev % int8.LANES or ext(sch, rl[-1]) != int8.RED:
             raise ValueError("vector axis not a multiple of 16 or no 4-byte reduction")
-        nv, rt = choose_int8_tile(ev // int8.LANES, er, stack_budget(tinfo.__class__(
-            int8.LANES, tinfo.num_regs, tinfo.num_cores, tinfo.arch)))
+        nv, rt = choose_int8_tile(ev // int8.LANES, er, stack_budget(tinfo, lanes=int8.LANES))
         macs = 1
         for l in loops:
             macs *= ext(sch, l) or 1
