@@ -374,6 +374,30 @@ def test_int8_kernels_use_vpdpbusd_and_are_exact(kind, x_dtype) -> None:
     np.testing.assert_array_equal(out, ref)
 
 
+@pytest.mark.parametrize(("tag", "rule"), [("raspberry-pi/5", "gemm_int8_sdot"), ("raspberry-pi/4", None)])
+@pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
+def test_int8_kernels_use_sdot_on_armv82(tag, rule, x_dtype) -> None:
+    """ARMv8.2 dot product (Cortex-A76) takes the sdot micro-kernel; Cortex-A72 has none and keeps the generic
+    integer code.  Assembly only here: tests/test_verify.py runs both under qemu against onnxruntime."""
+    import tvm
+
+    from forgekit import schedules
+    from forgekit.targets import parse_target
+
+    for kind in ("conv", "matmul"):
+        mod, _, _ = _int_module(kind, x_dtype)
+        target = parse_target(tag).tvm_target()
+        schedules.STATS.clear()
+        ex = tvm.compile(mod, target=target, relax_pipeline=schedules.cpu_pipeline(target))
+        asm = ex.mod.imports[0].inspect_source("asm")
+        if rule:
+            assert rule in schedules.STATS.values()
+            assert "\tsdot\t" in asm and "vpdpbusd" not in asm
+        else:
+            assert not any(r.startswith("gemm_int8") for r in schedules.STATS.values())
+            assert "\tsdot\t" not in asm
+
+
 # ----------------------------------------------------------------------------- CLI
 def test_cli_compile_quantized(tmp_path) -> None:
     model = tmp_path / "cnn.onnx"
@@ -421,11 +445,10 @@ def _ort(path, x):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
-def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -> None:
+def ort_qdq_cnn(directory, activation: str = "QInt8"):
+    """:func:`make_cnn` through onnxruntime's ``quantize_static`` (QDQ, per-channel int8 weights,
+    ``activation`` QInt8 or QUInt8 — the latter asymmetric), calibrated on 4 samples; returns its path."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    from forgekit import schedules
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -434,10 +457,18 @@ def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -
         def get_next(self):  # noqa: ANN201
             return next(self.it, None)
 
-    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_qdq.onnx"
+    src, dst = directory / "cnn.onnx", directory / f"cnn_qdq_{activation}.onnx"
     onnx.save(make_cnn(), src)
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
+    return dst
+
+
+@pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
+def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -> None:
+    from forgekit import schedules
+
+    dst = ort_qdq_cnn(tmp_path, activation)
     ir = forgekit.from_onnx(dst)
     schedules.STATS.clear()
     f = ir.get_inference_function("host")

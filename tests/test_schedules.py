@@ -160,20 +160,23 @@ def test_lower_levels_do_not_use_the_cpu_schedules(tmp_path) -> None:
     assert "forgekit.CpuSchedules" not in report["passes"] and report["schedule_rules"] == {}
 
 
-@pytest.mark.parametrize(("target", "lanes", "arch"), [
-    ({"kind": "llvm", "mcpu": "znver4"}, 16, "x86"),
-    ({"kind": "llvm", "mcpu": "skylake-avx512"}, 16, "x86"),
-    ({"kind": "llvm", "mcpu": "haswell"}, 8, "x86"),
-    ({"kind": "llvm", "mattr": ["+avx2"]}, 8, "x86"),
-    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"], "mcpu": "cortex-a76"}, 4, "arm"),
+@pytest.mark.parametrize(("target", "lanes", "arch", "dot"), [
+    ({"kind": "llvm", "mcpu": "znver4"}, 16, "x86", "vnni"),
+    ({"kind": "llvm", "mcpu": "skylake-avx512"}, 16, "x86", ""),
+    ({"kind": "llvm", "mattr": ["+avx512f", "+avx512vnni"]}, 16, "x86", "vnni"),
+    ({"kind": "llvm", "mcpu": "haswell"}, 8, "x86", ""),
+    ({"kind": "llvm", "mattr": ["+avx2"]}, 8, "x86", ""),
+    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"], "mcpu": "cortex-a76"}, 4, "arm", "sdot"),
+    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, 4, "arm", "sdot"),
+    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"], "mcpu": "cortex-a72"}, 4, "arm", ""),
 ])
-def test_target_info_vector_width(target, lanes, arch) -> None:
+def test_target_info_vector_width(target, lanes, arch, dot) -> None:
     import tvm
 
     from forgekit.schedules import target_info
 
     info = target_info(tvm.target.Target(target))
-    assert (info.vec_lanes, info.arch) == (lanes, arch)
+    assert (info.vec_lanes, info.arch, info.dot) == (lanes, arch, dot)
     assert info.acc_budget >= 4
 
 

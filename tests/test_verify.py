@@ -237,3 +237,22 @@ def test_encrypted_pi_artifact_is_decrypted_on_the_host(arm64_rootfs, pi_artifac
     (tmp_path / "pw").write_text("correct horse\n")
     out = run_cli("verify", str(artifact), "--onnx", str(model_files["convnet"]), "--password-file", str(tmp_path / "pw"))
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.slow
+@needs_qemu
+@pytest.mark.parametrize("target", PI_TARGETS)
+@pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
+def test_int8_pi_artifact_matches_onnxruntime_under_qemu(activation, target, arm64_rootfs, tmp_path) -> None:
+    """An onnxruntime QDQ model on the aarch64 integer kernels (sdot on the Pi 5, generic integer code on the
+    Pi 4), run under qemu: the integer path is exact, so it matches onnxruntime's own int8 run."""
+    from forgekit import schedules
+    from test_quantize import ort_qdq_cnn
+
+    qdq = ort_qdq_cnn(tmp_path, activation)
+    schedules.STATS.clear()
+    artifact = forgekit.from_onnx(qdq).compile(target=target, output_path=tmp_path / "art").path
+    uses_sdot = list(schedules.STATS.values()).count("gemm_int8_sdot")
+    assert uses_sdot == (3 if target == "raspberry-pi/5" else 0)  # two convs and the matmul
+    result = verify_artifact(artifact, qdq, rtol=0, atol=1e-5)
+    assert result.runner == "qemu-aarch64" and result.ok, [o.line() for o in result.outputs]

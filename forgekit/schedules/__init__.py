@@ -36,7 +36,7 @@ def _legalize_map(target, fast_math=True, pack_weights=True):
         ti = target_info(target)
         m["relax.nn.conv2d"] = make_conv2d_legalize(ti)
         m["relax.matmul"] = make_matmul_legalize(ti)
-        # integer conv2d/matmul from forgekit.quantize: VNNI kernels (see int8.py)
+        # integer conv2d/matmul from forgekit.quantize: VNNI / sdot kernels (see int8.py)
         from .int8 import make_conv2d_int8_legalize, make_matmul_int8_legalize
         m["relax.nn.conv2d"] = make_conv2d_int8_legalize(target, m["relax.nn.conv2d"])
         m["relax.matmul"] = make_matmul_int8_legalize(target, m["relax.matmul"])

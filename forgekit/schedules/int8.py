@@ -1,38 +1,65 @@
 """Integer conv2d/matmul (int8/uint8 data x int8 constant weights -> int32) for dot-product CPUs.
 
-x86 VNNI's ``vpdpbusd`` multiplies 4 *unsigned* bytes by 4 *signed* bytes and adds the 4 products to an
-int32 lane: 64 multiply-adds per instruction, 4x an fp32 FMA.  To use it the legalizations below
+Two instructions multiply 4 bytes by 4 bytes and add the 4 products to an int32 lane:
 
-* pad the data in NHWC (conv: spatial padding and channels to a multiple of 4; matmul: K) and turn
-  signed data into unsigned by adding 128 (padding becomes 128, the shifted zero; the error this adds,
-  ``128 * sum(W)`` per output channel, is a constant subtracted in the epilogue);
-* pack the constant weights at compile time as ``[OC/16, KH, KW, IC/4, 16, 4]`` (``[N/16, K/4, 16, 4]``),
-  so one 64-byte load feeds one ``vpdpbusd``;
-* compute ``acc[.., oc] += u8(x[.., 4c + i]) * s8(w[oc/16, .., c, oc%16, i])`` with the 4-element
-  reduction innermost, which :class:`rules.gemm_int8.GemmInt8Rule` tensorizes into ``vpdpbusd``.
+* x86 AVX512-VNNI ``vpdpbusd``: *unsigned* data x *signed* weights, 16 lanes (64 multiply-adds, 4x an
+  fp32 FMA);
+* ARMv8.2 dot product ``sdot``: signed x signed, 4 lanes of a NEON register (16 multiply-adds, 4x an
+  fp32 FMA).
 
-Without VNNI (and for grouped convolutions) the stock integer legalization runs: exact, not faster.
+To use them the legalizations below
+
+* pad the data in NHWC (conv: spatial padding and channels to a multiple of 4; matmul: K) and shift it
+  into the signedness the instruction wants (int8 data + 128 for VNNI, uint8 data - 128 for sdot; padding
+  becomes the shifted zero; the error this adds, ``offset * sum(W)`` per output channel, is a constant
+  subtracted in the epilogue);
+* pack the constant weights at compile time as ``[OC/L, KH, KW, IC/4, L, 4]`` (``[N/L, K/4, L, 4]``)
+  for ``L`` lanes, so one vector load feeds one instruction;
+* compute ``acc[.., oc] += x[.., 4c + i] * w[oc/L, .., c, oc%L, i]`` with the 4-element reduction
+  innermost, which :class:`rules.gemm_int8.GemmInt8Rule` tensorizes into the instruction.
+
+Without a dot-product instruction (and for grouped convolutions) the stock integer legalization runs:
+exact, not faster.
 """
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import tvm
-from tvm import relax, te, topi
+from tvm import relax, te
 from .packed_conv import _const_value, _default, _ints, exact_in_fp32  # shared legalization helpers
+from .target_info import target_info
 
-#: CPUs with AVX512-VNNI (LLVM -mcpu names); ``+avx512vnni`` in ``mattr`` also counts
-_VNNI_CPUS = ("cascadelake", "cooperlake", "icelake", "icelake-server", "icelake-client", "tigerlake",
-              "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5", "rocketlake")
-
-LANES = 16   # int32 lanes of a zmm register
-RED = 4      # bytes reduced by one vpdpbusd lane
+RED = 4      # bytes reduced into one int32 lane by one instruction
 INT8_TYPES = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class DotKernel:
+    """One integer dot-product instruction as the int8 kernels use it."""
+
+    key: str            # TargetInfo.dot
+    rule: str           # schedule rule name (compile reports, STATS)
+    lanes: int          # int32 accumulator lanes of one instruction
+    data_dtype: str     # signedness the instruction wants for the data operand (weights are int8)
+    register: Callable[[], str]  # registers the tensor intrinsic, returns its name
+
+    def shift(self, x_dtype):
+        """What to add to ``x_dtype`` data to bring it into :attr:`data_dtype` (padding: the same value,
+        the shifted zero)."""
+        if x_dtype == self.data_dtype:
+            return 0
+        return 128 if self.data_dtype == "uint8" else -128
 
 
 def has_vnni(target):
     """Whether an llvm target has AVX512-VNNI (``vpdpbusd``)."""
-    attrs = target.attrs
-    mcpu = str(attrs.get("mcpu", "") or "")
-    mattr = [str(x) for x in (attrs.get("mattr", None) or [])]
-    return mcpu in _VNNI_CPUS or "+avx512vnni" in mattr
+    return target_info(target).dot == "vnni"
+
+
+def dot_kernel(tinfo):
+    """The :class:`DotKernel` of a :class:`~forgekit.schedules.target_info.TargetInfo`, or None."""
+    return KERNELS.get(tinfo.dot)
 
 
 def _ceil(a, b):
@@ -48,23 +75,22 @@ def is_int8_call(call):
             and str(weight.ty.dtype) == "int8")
 
 
-def _shift(x_dtype):
-    """(offset added to the data to make it unsigned, value of padding in the shifted domain)."""
-    return (128, 128) if x_dtype == "int8" else (0, 0)
+def _stage_name(dtype):
+    return "data_u8" if dtype == "uint8" else "data_s8"
 
 
 def make_conv2d_int8_legalize(target, fallback):
-    """conv2d legalization: the VNNI kernel for int8 NHWC/HWIO convolutions, ``fallback`` otherwise."""
-    vnni = has_vnni(target)
+    """conv2d legalization: the dot-product kernel for int8 NHWC/HWIO convolutions, ``fallback`` otherwise."""
+    kernel = dot_kernel(target_info(target))
 
     def _legalize(bb, call):
         if not is_int8_call(call):
             return fallback(bb, call)
         a = call.attrs
-        if exact_in_fp32(call, _const_value(call.args[1])) and (not vnni or int(a.groups) != 1):
-            # depthwise (and everything without VNNI) that fp32 computes exactly: the fp32 kernel
+        if exact_in_fp32(call, _const_value(call.args[1])) and (kernel is None or int(a.groups) != 1):
+            # depthwise (and everything without a dot product) that fp32 computes exactly: the fp32 kernel
             return fallback(bb, call)
-        if (not vnni or a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"
+        if (kernel is None or a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"
                 or int(a.groups) != 1):
             return _default(bb, call)
         data, weight = call.args
@@ -79,21 +105,22 @@ def make_conv2d_int8_legalize(target, fallback):
         pt, pl, pb, pr = _ints(a.padding)
         oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
         ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-        icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
+        lanes = kernel.lanes
+        icp, ocp = _ceil(ic, RED), _ceil(oc, lanes)
         wpad = np.zeros((kh, kw, icp, ocp), np.int8)
         wpad[:, :, :ic, :oc] = w
         packed = np.ascontiguousarray(
-            wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
-        offset, pad_value = _shift(str(data.ty.dtype))
+            wpad.reshape(kh, kw, icp // RED, RED, ocp // lanes, lanes).transpose(4, 0, 1, 2, 5, 3))
+        offset, xd = kernel.shift(str(data.ty.dtype)), kernel.data_dtype
         comp = (offset * w.sum(axis=(0, 1, 2))).astype(np.int32)  # what the +offset adds per output channel
 
         def f(x, wp, cmp):
             def shifted(b, y, xx, c):
                 inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
                 v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
-                v = (v.astype("int32") + offset).astype("uint8")
-                return tvm.tirx.Select(inside, v, tvm.tirx.const(pad_value, "uint8"))
-            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name="data_u8")
+                v = (v.astype("int32") + offset).astype(xd)
+                return tvm.tirx.Select(inside, v, tvm.tirx.const(offset, xd))
+            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name=_stage_name(xd))
             ry = te.reduce_axis((0, kh), "ry")
             rx = te.reduce_axis((0, kw), "rx")
             rc = te.reduce_axis((0, icp // RED), "rc")
@@ -102,7 +129,7 @@ def make_conv2d_int8_legalize(target, fallback):
                 (n, oh, ow, ocp),
                 lambda b, y, xx, ff: te.sum(
                     xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri].astype("int32")
-                    * wp[ff // LANES, ry, rx, rc, ff % LANES, ri].astype("int32"), axis=[ry, rx, rc, ri]),
+                    * wp[ff // lanes, ry, rx, rc, ff % lanes, ri].astype("int32"), axis=[ry, rx, rc, ri]),
                 name="conv2d_nhwc_int8")
             return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
         return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
@@ -110,15 +137,15 @@ def make_conv2d_int8_legalize(target, fallback):
 
 
 def make_matmul_int8_legalize(target, fallback):
-    """matmul legalization: the VNNI kernel for ``x[..., K] @ W[K, N]`` with int8 constant ``W``."""
-    vnni = has_vnni(target)
+    """matmul legalization: the dot-product kernel for ``x[..., K] @ W[K, N]`` with int8 constant ``W``."""
+    kernel = dot_kernel(target_info(target))
 
     def _legalize(bb, call):
         if not is_int8_call(call):
             return fallback(bb, call)
         x, weight = call.args
         w = _const_value(weight)
-        if not vnni or w.ndim != 2 or x.ty.shape is None:
+        if kernel is None or w.ndim != 2 or x.ty.shape is None:
             return _default(bb, call)
         xs_shape = list(x.ty.shape.values)
         try:
@@ -126,32 +153,33 @@ def make_matmul_int8_legalize(target, fallback):
         except Exception:  # pylint: disable=broad-except
             return _default(bb, call)
         nn = w.shape[1]
-        kp, npad = _ceil(k, RED), _ceil(nn, LANES)
+        lanes = kernel.lanes
+        kp, npad = _ceil(k, RED), _ceil(nn, lanes)
         wpad = np.zeros((kp, npad), np.int8)
         wpad[:k, :nn] = w
-        packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // LANES, LANES).transpose(2, 0, 3, 1))
-        offset, pad_value = _shift(str(x.ty.dtype))
+        packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // lanes, lanes).transpose(2, 0, 3, 1))
+        offset, xd = kernel.shift(str(x.ty.dtype)), kernel.data_dtype
         comp = (offset * w.astype(np.int32).sum(axis=0)).astype(np.int32)
         lead = xs_shape[:-1]
 
         def f(a, wp, cmp):
             def shifted(*i):
-                v = (a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))].astype("int32") + offset).astype("uint8")
-                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(pad_value, "uint8"))
-            xs = te.compute((*lead, kp), shifted, name="data_u8")
+                v = (a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))].astype("int32") + offset).astype(xd)
+                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(offset, xd))
+            xs = te.compute((*lead, kp), shifted, name=_stage_name(xd))
             r = te.reduce_axis((0, kp // RED), "rk")
             ri = te.reduce_axis((0, RED), "ri")
             acc = te.compute(
                 (*lead, npad),
                 lambda *i: te.sum(xs[(*i[:-1], r * RED + ri)].astype("int32")
-                                  * wp[i[-1] // LANES, r, i[-1] % LANES, ri].astype("int32"), axis=[r, ri]),
+                                  * wp[i[-1] // lanes, r, i[-1] % lanes, ri].astype("int32"), axis=[r, ri]),
                 name="matmul_int8")
             return te.compute((*lead, nn), lambda *i: acc(*i) - cmp[i[-1]], name="T_int8_fixup")
         return bb.call_te(f, x, relax.const(packed), relax.const(comp), primfunc_name_hint="matmul_int8")
     return _legalize
 
 
-# ---------------------------------------------------------------- the vpdpbusd tensor intrinsic
+# ---------------------------------------------------------------- the tensor intrinsics
 VNNI_INTRIN = "forgekit_dot_16x4_u8i8i32_vnni_g"
 
 
@@ -199,3 +227,54 @@ def register_vnni_intrin():
     # compares storage scopes, so the schedule must give the tile exactly this scope
     TensorIntrin.register(VNNI_INTRIN, desc, impl)
     return VNNI_INTRIN
+
+
+SDOT_INTRIN = "forgekit_dot_4x4_i8i8i32_sdot"
+
+
+def register_sdot_intrin():
+    """Register the 4x4 s8.s8->s32 ARMv8.2 ``sdot`` intrinsic (as TVM's ``dot_4x4_i8i8s32_sdot`` in
+    ``tvm.s_tir.tensor_intrin.arm_cpu``, kept here for the same import-cost reason as the VNNI one)."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    try:
+        TensorIntrin.get(SDOT_INTRIN)
+        return SDOT_INTRIN
+    except Exception:  # pylint: disable=broad-except
+        pass
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4,), "int8", offset_factor=1), B: T.Buffer((4, 4), "int8", offset_factor=1),
+             C: T.Buffer((4,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:4], A[0:4], B[0:4, 0:4])
+            T.writes(C[0:4])
+            for i in T.serial(0, 4):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4,), "int8", offset_factor=1), B: T.Buffer((4, 4), "int8", offset_factor=1),
+             C: T.Buffer((4,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:4], A[0:4], B[0:4, 0:4])
+            T.writes(C[0:4])
+            # the 4 data bytes broadcast to every lane (one ld1r); one expression for the reason above
+            C[T.ramp(T.int32(0), 1, 4)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot.v4i32.v16i8"),
+                C.vload([0], dtype="int32x4"),
+                B.vload([0, 0], dtype="int8x16"),
+                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "int8x4"), dtype="int32"), 4), dtype="int8x16"),
+                dtype="int32x4")
+
+    TensorIntrin.register(SDOT_INTRIN, desc, impl)
+    return SDOT_INTRIN
+
+
+VNNI = DotKernel("vnni", "gemm_int8_vnni", 16, "uint8", register_vnni_intrin)
+SDOT = DotKernel("sdot", "gemm_int8_sdot", 4, "int8", register_sdot_intrin)
+#: TargetInfo.dot -> kernel
+KERNELS = {k.key: k for k in (VNNI, SDOT)}

@@ -4,6 +4,7 @@ A rule is any object with ``name``, ``matches(sch, tinfo) -> match | None`` and
 ``apply(sch, match, tinfo) -> Schedule``.  To add one, drop a module here and insert an instance
 into ``RULES``.
 """
+from .. import int8
 from .conv2d import Conv2DRule
 from .elementwise import ElementwiseRule
 from .fallback import FallbackRule
@@ -12,5 +13,5 @@ from .matmul import MatmulRule
 from .pool import PoolRule
 from .reduction import ReductionRule
 
-RULES = [GemmInt8Rule(), Conv2DRule(), MatmulRule(), PoolRule(), ReductionRule(), ElementwiseRule(),
-         FallbackRule()]
+RULES = [GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(), ReductionRule(),
+         ElementwiseRule(), FallbackRule()]

@@ -1,15 +1,16 @@
-"""Integer conv2d/matmul rule: the register-tiled micro-kernel of ``tiled.py`` with ``vpdpbusd``.
+"""Integer conv2d/matmul rule: the register-tiled micro-kernel of ``tiled.py`` with a dot-product
+instruction (``vpdpbusd`` on AVX512-VNNI, ``sdot`` on ARMv8.2; see :mod:`forgekit.schedules.int8`).
 
 Matches the blocks made by :mod:`forgekit.schedules.int8` (``conv2d_nhwc_int8`` / ``matmul_int8``):
 spatial ``[..., r, v]`` and reduction ``[..., c, i]`` with ``i`` the 4 bytes of one dot product.
-Schedule::
+Schedule, for ``L`` lanes (16 VNNI, 4 sdot)::
 
     parallel for (v_o, <other spatial>, r_o):
-        acc[rt][vt] = 0                              # local -> zmm registers
+        acc[rt][vt] = 0                              # local -> vector registers
         for <reductions except i>:
-            for r_i in unroll(rt): for v_n in unroll(vt/16):
-                acc[r_i][v_n] = vpdpbusd(acc[r_i][v_n], bcast(x[4 bytes]), w[64 bytes])
-        epilogue (-128*sum(W) fix-up, dequantize, bias, relu, requantize of the next layer)
+            for r_i in unroll(rt): for v_n in unroll(vt/L):
+                acc[r_i][v_n] = dot(acc[r_i][v_n], bcast(x[4 bytes]), w[4L bytes])
+        epilogue (-offset*sum(W) fix-up, dequantize, bias, relu, requantize of the next layer)
 """
 from .. import int8
 from .common import acc_scope, best_divisor, stack_budget, blocks_of, ext, is_reduction, iter_kinds, parallel_spatial, vectorize_inner
@@ -34,9 +35,16 @@ def choose_int8_tile(nvec, er, budget):
 
 
 class GemmInt8Rule:
-    name = "gemm_int8_vnni"
+    """The int8 micro-kernel for one :class:`~forgekit.schedules.int8.DotKernel`; matches only on targets
+    that have its instruction (the legalization packed the weights for it)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.name = kernel.rule
 
     def matches(self, sch, tinfo):
+        if tinfo.dot != self.kernel.key:
+            return None
         for b in blocks_of(sch):
             if sch.get(b).name_hint in BLOCKS:
                 kinds = iter_kinds(sch, b)
@@ -46,7 +54,8 @@ class GemmInt8Rule:
         return None
 
     def apply(self, sch, main, tinfo):
-        intrin = int8.register_vnni_intrin()
+        lanes = self.kernel.lanes
+        intrin = self.kernel.register()
         blocks = blocks_of(sch)
         idx = [i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(main))][0]
         producers, consumers = blocks[:idx], blocks[idx + 1:]
@@ -56,13 +65,13 @@ class GemmInt8Rule:
         ns = iter_kinds(sch, main).count("S")
         sl, rl = loops[:ns], loops[ns:]
         ev, er = ext(sch, sl[-1]), ext(sch, sl[-2])
-        if ev is None or ev % int8.LANES or ext(sch, rl[-1]) != int8.RED:
-            raise ValueError("vector axis not a multiple of 16 or no 4-byte reduction")
-        nv, rt = choose_int8_tile(ev // int8.LANES, er, stack_budget(tinfo, lanes=int8.LANES))
+        if ev is None or ev % lanes or ext(sch, rl[-1]) != int8.RED:
+            raise ValueError(f"vector axis not a multiple of {lanes} or no 4-byte reduction")
+        nv, rt = choose_int8_tile(ev // lanes, er, stack_budget(tinfo, lanes=lanes))
         macs = 1
         for l in loops:
             macs *= ext(sch, l) or 1
-        v_o, v_n, v_l = sch.split(sl[-1], [None, nv, int8.LANES])
+        v_o, v_n, v_l = sch.split(sl[-1], [None, nv, lanes])
         r_o, r_i = sch.split(sl[-2], [None, rt])
         others = list(sl[:-2])
         outer_list = [v_o] + others + [r_o]
@@ -73,7 +82,7 @@ class GemmInt8Rule:
         for c in consumers[:-1]:
             sch.compute_inline(c)
         last = consumers[-1]
-        sch.set_scope(main, 0, acc_scope(rt * nv * int8.LANES * 4))
+        sch.set_scope(main, 0, acc_scope(rt * nv * lanes * 4))
         sch.reverse_compute_at(last, outer, preserve_unit_loops=False)
         vectorize_inner(sch, last, tinfo.vec_lanes)
         init = sch.decompose_reduction(main, rl[0])
