@@ -5,9 +5,12 @@ on rendered text images.
     .venv/bin/python bench/bench_ppocr_quant.py [--models det rec cls] [--methods entropy percentile]
 
 For every model and calibration method: calibrate on ``--calib`` rendered text images, quantize (static,
-per-channel), and compare with fp32 on held-out images: output cosine (min over images; the acceptance
-bar is >= 0.99), the per-layer report, the layers ``--max-accuracy-drop`` keeps in fp32, and median
-latency of both builds (in-process, same inputs).
+per-channel), and compare with fp32 on held-out images: output cosine (min and mean over images; the
+acceptance bar is >= 0.99), the task metric (cls: top-1 agreement; rec: CTC greedy-decoded text identical
+to fp32's, and the character error rate between the two decodes), the per-layer report, the layers
+``--max-accuracy-drop`` keeps in fp32, and median latency of both builds (in-process, same inputs).
+``--ort-int8`` adds the anchor: onnxruntime's own ``quantize_static`` (QDQ, per-channel, its Percentile
+calibration, same images) judged the same way against onnxruntime fp32.
 """
 
 from __future__ import annotations
@@ -68,6 +71,44 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+def ctc_greedy(probs: np.ndarray) -> list[int]:
+    """PP-OCR rec decoding: argmax per time step, repeats merged, blanks (class 0) dropped."""
+    out, prev = [], -1
+    for i in probs.reshape(-1, probs.shape[-1]).argmax(-1):
+        if i != prev and i != 0:
+            out.append(int(i))
+        prev = i
+    return out
+
+
+def edit_distance(a: list[int], b: list[int]) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def agreement(name: str, ref: list[np.ndarray], got: list[np.ndarray]) -> dict:
+    """How the quantized outputs agree with fp32: cosine per image, and the model's task metric."""
+    cos = [_cos(a, b) for a, b in zip(ref, got)]
+    rec = {"min_cosine": min(cos), "mean_cosine": float(np.mean(cos))}
+    if name == "cls":
+        rec["top1_agreement"] = float(np.mean([a.argmax() == b.argmax() for a, b in zip(ref, got)]))
+    if name == "rec":
+        texts = [(ctc_greedy(a), ctc_greedy(b)) for a, b in zip(ref, got)]
+        rec["identical_text"] = float(np.mean([a == b for a, b in texts]))
+        rec["cer"] = sum(edit_distance(a, b) for a, b in texts) / max(1, sum(len(a) for a, _ in texts))
+    return rec
+
+
+def _line(rec: dict) -> str:
+    return (f"min cos {rec['min_cosine']:.5f} mean {rec['mean_cosine']:.5f}"
+            + (f"  top1 {rec['top1_agreement']:.3f}" if "top1_agreement" in rec else "")
+            + (f"  same text {rec['identical_text']:.3f} CER {rec['cer']:.4f}" if "cer" in rec else ""))
+
+
 def _median_ms(f, x, runs: int) -> float:
     f(x)
     times = []
@@ -86,6 +127,8 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=16)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-accuracy-drop", type=float, default=0.01)
+    parser.add_argument("--ort-int8", action="store_true",
+                        help="Also judge onnxruntime's quantize_static (QDQ, per-channel, Percentile) the same way.")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "ppocr_quant.json"))
     args = parser.parse_args()
 
@@ -111,23 +154,39 @@ def main() -> None:
                 fq = q.get_inference_function("host")
                 got = [fq(x) for x in held]
                 got = [g[0] if isinstance(g, list) else g for g in got]
-                cos = [_cos(a, b) for a, b in zip(ref, got)]
-                rec = {"model": name, "method": method, "max_accuracy_drop": budget, "min_cosine": min(cos),
-                       "mean_cosine": float(np.mean(cos)), "quantized_ops": q.quantization["quantized_ops"],
-                       "fp32_ops": q.quantization["fp32_ops"],
+                rec = {"model": name, "method": method, "max_accuracy_drop": budget, **agreement(name, ref, got),
+                       "quantized_ops": q.quantization["quantized_ops"], "fp32_ops": q.quantization["fp32_ops"],
                        "fp32_ms": _median_ms(f32, held[0], args.runs), "int8_ms": _median_ms(fq, held[0], args.runs)}
-                if name == "cls":
-                    rec["top1_agreement"] = float(np.mean([a.argmax() == b.argmax() for a, b in zip(ref, got)]))
                 if q.quantization_report is not None:
                     rec["report_drop"] = q.quantization_report["accuracy_drop"]
                     rec["worst_layers"] = sorted(q.quantization_report["layers"], key=lambda l: l["snr_db"])[:3]
                 records.append(rec)
-                print(f"{name:4s} {method:10s} budget {budget!s:5s} min cos {rec['min_cosine']:.5f} mean {rec['mean_cosine']:.5f} "
+                print(f"{name:4s} {method:10s} budget {budget!s:5s} {_line(rec)}  "
                       f"int8 ops {rec['quantized_ops']:3d} fp32 kept {len(rec['fp32_ops']):2d}  "
-                      f"fp32 {rec['fp32_ms']:7.2f} ms  int8 {rec['int8_ms']:7.2f} ms"
-                      + (f"  top1 {rec['top1_agreement']:.3f}" if "top1_agreement" in rec else ""), flush=True)
+                      f"fp32 {rec['fp32_ms']:7.2f} ms  int8 {rec['int8_ms']:7.2f} ms", flush=True)
+        if args.ort_int8:
+            records.append(_ort_anchor(name, models_dir / fname, calib, held, Path(args.out).parent))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(records, indent=2) + "\n")
+
+
+def _ort_anchor(name: str, path: Path, calib: list[np.ndarray], held: list[np.ndarray], out: Path) -> dict:
+    """onnxruntime int8 (its quantize_static) vs onnxruntime fp32 on the same held-out images."""
+    import onnxruntime as ort
+
+    from bench_quantize import _ort_int8
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = sess.get_inputs()[0].name
+    qpath = _ort_int8(path, calib, feed, out, per_channel=True, method="Percentile")
+    if qpath is None:
+        return {"model": name, "method": "onnxruntime quantize_static", "failed": True}
+    q = ort.InferenceSession(str(qpath), providers=["CPUExecutionProvider"])
+    ref = [sess.run(None, {feed: x})[0] for x in held]
+    rec = {"model": name, "method": "onnxruntime quantize_static (percentile)",
+           **agreement(name, ref, [q.run(None, {feed: x})[0] for x in held])}
+    print(f"{name:4s} onnxruntime int8 (quantize_static, percentile) {_line(rec)}", flush=True)
+    return rec
 
 
 if __name__ == "__main__":

@@ -29,10 +29,13 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def _ort_int8(path: Path, calib: list[np.ndarray], name: str, out: Path, per_channel: bool) -> Path | None:
-    """onnxruntime's own static QDQ quantization of the model (None when it fails)."""
+def _ort_int8(path: Path, calib: list[np.ndarray], name: str, out: Path, per_channel: bool,
+              method: str = "MinMax") -> Path | None:
+    """onnxruntime's own static QDQ quantization of the model, calibrated with its ``CalibrationMethod``
+    ``method`` (None when it fails)."""
     try:
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                              quantize_static)
     except ImportError:
         return None
 
@@ -46,7 +49,8 @@ def _ort_int8(path: Path, calib: list[np.ndarray], name: str, out: Path, per_cha
     dst = out / f"{path.stem}.ort_int8.onnx"
     try:
         quantize_static(str(path), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=getattr(CalibrationMethod, method))
     except Exception as exc:  # noqa: BLE001 - optional column
         print(f"  onnxruntime quantize_static failed: {exc}")
         return None

@@ -84,6 +84,20 @@ def test_stats_histogram_rebins_without_losing_counts() -> None:
     assert s.average_absmax == pytest.approx(2.0)
 
 
+def test_local_snr_counts_what_a_zero_point_clips() -> None:
+    """The budget's layer ranking: an asymmetric uint8 range with zero point 64 holds only 191 positive levels,
+    so values between 191 and 255 levels are clipped (lower SNR than the same scale without a zero point)."""
+    from forgekit.quantize.calibrate import Calibration
+    from forgekit.quantize.report import local_snr
+    from forgekit.quantize.rewrite import OpPlan
+
+    s = TensorStats()
+    s.update(np.linspace(0, 1, 10_000, dtype=np.float32))
+    calib = Calibration(ops=[], stats=[s])
+    snr = {zp: local_snr(calib, {0: OpPlan(1 / 255, "uint8", False, None, zp)}, 0) for zp in (0, 64)}
+    assert snr[0] > 45 and snr[64] < 20  # rounding noise only vs a quarter of the range clipped
+
+
 def test_methods_clip_outliers_except_minmax() -> None:
     s = TensorStats()
     rng = np.random.default_rng(0)

@@ -124,7 +124,9 @@ def local_snr(calib: Calibration | None, plans: dict[int, Any], index: int) -> f
     centers = (np.arange(BINS) + 0.5) * (stats.hist_range / BINS)
     power = float(np.sum(stats.hist * centers ** 2))
     scale = plan.x_scale if plan.smooth is None else plan.x_scale * float(np.mean(plan.smooth))
-    limit = plan.x_scale * (255 if plan.x_dtype == "uint8" else 127)
+    # the histogram is of |x|; an asymmetric uint8 range belongs to a mostly non-negative tensor, so its
+    # positive limit, (255 - zero_point) levels above zero, decides what is clipped
+    limit = plan.x_scale * (255 - plan.zero_point if plan.x_dtype == "uint8" else 127)
     if plan.smooth is not None:
         limit = float("inf")  # smoothed ranges are the calibrated maxima: nothing is clipped
     inside = centers <= limit
