@@ -270,6 +270,42 @@ def test_user_errors_are_one_line() -> None:
     assert not ir.is_quantized and not ir.is_calibrated
 
 
+def test_use_cuda_calibrates_on_the_gpu_or_falls_back_to_the_cpu() -> None:
+    """``use_cuda=True`` (the default) runs calibration on the first CUDA GPU when there is one, else quietly on
+    the CPU; either way the statistics are those of the CPU run."""
+    import tvm
+
+    gpu = forgekit.from_onnx(make_cnn())
+    gpu.calibrate(samples(), use_cuda=True)
+    cpu = forgekit.from_onnx(make_cnn())
+    cpu.calibrate(samples(), use_cuda=False)
+    assert cpu._calibration.device == "cpu"
+    assert gpu._calibration.device == ("cuda" if tvm.cuda(0).exist else "cpu")
+    for g, c in zip(gpu._calibration.stats, cpu._calibration.stats):
+        np.testing.assert_allclose([g.min, g.max], [c.min, c.max], rtol=1e-4, atol=1e-5)
+
+
+def test_calibration_module_builds_for_a_cuda_gpu() -> None:
+    """What ``use_cuda`` builds on a GPU machine, built here without one: the instrumented model for the GPU's
+    compute capability (nvcc needs the architecture: a bare ``cuda`` target fails and would leave the GPU idle)."""
+    import importlib
+    import shutil
+
+    from forgekit.nvcc import _wheel_nvcc
+    from forgekit.pipeline import build_executable
+
+    if not (shutil.which("nvcc") or _wheel_nvcc()):
+        pytest.skip("needs nvcc (pip install 'forgekit[cuda]'; ./dev.sh installs it)")
+    cal = importlib.import_module("forgekit.quantize.calibrate")
+    spec = cal.cuda_target("8.6")
+    assert spec.tvm_target().attrs["arch"] == "sm_86"
+    mod, slots = cal.instrument(forgekit.from_onnx(make_cnn()))
+    assert slots == [0, 1, 2, 3]  # the four quantizable ops read four different tensors
+    ex = build_executable(cal._Built(mod), spec, opt_level=2)
+    kinds = [ex.mod.imports[0].kind] + [m.kind for m in ex.mod.imports[0].imports]
+    assert kinds == ["llvm", "cuda"]
+
+
 def test_calibration_input_forms(tmp_path) -> None:
     ir = forgekit.from_onnx(make_cnn())
     xs = samples(4)

@@ -41,6 +41,16 @@ class _Built:
         self.mod = mod
 
 
+def cuda_target(compute_version: str) -> Any:
+    """The target of a CUDA GPU of compute capability ``compute_version`` (``"8.6"`` -> ``cuda -arch=sm_86``):
+    forgekit's CUDA builds need the architecture (nvcc compiles for it), so a bare ``cuda`` would fail
+    and calibration would quietly run on the CPU."""
+    from ..targets import parse_target
+
+    major, minor = str(compute_version).split(".")[:2]
+    return parse_target(f"cuda -arch=sm_{int(major)}{int(minor)}")
+
+
 def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.ndarray]], Any], str]:
     """Compile ``mod`` for this machine and return ``run(inputs) -> raw VM result`` and the device name.
 
@@ -57,7 +67,7 @@ def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.nd
     if use_cuda:
         try:
             if tvm.cuda(0).exist:
-                spec = parse_target("cuda")
+                spec = cuda_target(tvm.cuda(0).compute_version)
                 vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=2), tvm.cuda(0))
                 device = tvm.cuda(0)
         except Exception:  # noqa: BLE001 - no CUDA runtime, or the GPU build failed: the CPU does it
@@ -72,12 +82,10 @@ def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.nd
     return run, "cuda" if spec.kind == "cuda" else "cpu"
 
 
-def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, use_cuda: bool = True) -> Calibration:
-    """Feed every sample of ``data`` through ``ir`` and return the updated :class:`Calibration`."""
-    func = ir.mod["main"]
-    ops = graph.describe(func)
-    if not ops:
-        raise UsageError("The model has no conv2d or matmul with constant weights: nothing to calibrate.")
+def instrument(ir: IRModule) -> tuple[Any, list[int]]:
+    """``ir``'s module with the data input of every quantizable op exposed as an extra output, and for
+    each op (in :func:`graph.describe` order) the position of its tensor among those outputs (ops that
+    share an input share the position)."""
     slots: list[int] = []
 
     def pick(flat: Any) -> Sequence[Any]:
@@ -92,6 +100,15 @@ def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, u
         return unique
 
     mod, _n = graph.expose(ir.mod, pick)
+    return mod, slots
+
+
+def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, use_cuda: bool = True) -> Calibration:
+    """Feed every sample of ``data`` through ``ir`` and return the updated :class:`Calibration`."""
+    ops = graph.describe(ir.mod["main"])
+    if not ops:
+        raise UsageError("The model has no conv2d or matmul with constant weights: nothing to calibrate.")
+    mod, slots = instrument(ir)
     calib = previous if previous is not None and len(previous.ops) == len(ops) else Calibration(ops, [])
     unique_stats = {}
     if not calib.stats:
