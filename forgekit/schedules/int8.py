@@ -22,7 +22,6 @@ Without a dot-product instruction (and for grouped convolutions) the stock integ
 exact, not faster.
 """
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import tvm
@@ -42,7 +41,12 @@ class DotKernel:
     rule: str           # schedule rule name (compile reports, STATS)
     lanes: int          # int32 accumulator lanes of one instruction
     data_dtype: str     # signedness the instruction wants for the data operand (weights are int8)
-    register: Callable[[], str]  # registers the tensor intrinsic, returns its name
+    llvm_intrin: str    # the LLVM intrinsic
+
+    def register(self):
+        """Register the kernel's tensor intrinsic (once) and return its name."""
+        return register_dot_intrin(f"forgekit_dot_{self.lanes}x4_{self.key}", self.lanes, self.data_dtype,
+                                   self.llvm_intrin)
 
     def shift(self, x_dtype):
         """What to add to ``x_dtype`` data to bring it into :attr:`data_dtype` (padding: the same value,
@@ -180,101 +184,57 @@ def make_matmul_int8_legalize(target, fallback):
 
 
 # ---------------------------------------------------------------- the tensor intrinsics
-VNNI_INTRIN = "forgekit_dot_16x4_u8i8i32_vnni_g"
-
-
-def register_vnni_intrin():
-    """Register the 16x4 u8.s8->s32 dot-product intrinsic (same as TVM's ``dot_16x4_vnni``, which lives
-    in ``tvm.s_tir.tensor_intrin`` whose import also loads every CUDA intrinsic: ~30 s)."""
+def register_dot_intrin(name, lanes, data_dtype, llvm_intrin):
+    """Register ``C[lanes] += sum_k A[k] * B[lanes, k]`` (``k`` < 4; A ``data_dtype``, B int8, C int32) as
+    one call of the LLVM intrinsic ``llvm_intrin`` with the 4 data bytes broadcast to every lane.  TVM has
+    the same intrinsics (``dot_16x4_vnni``, ``dot_4x4_i8i8s32_sdot``) in ``tvm.s_tir.tensor_intrin``, whose
+    import also loads every CUDA intrinsic (~30 s); its VNNI copy also passes ``<16 x i32>`` operands, which
+    LLVM >= 20's ``(<16 x i32>, <64 x i8>, <64 x i8>)`` signature rejects."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
     try:
-        TensorIntrin.get(VNNI_INTRIN)
-        return VNNI_INTRIN
+        TensorIntrin.get(name)
+        return name
     except Exception:  # pylint: disable=broad-except
         pass
+    acc, vec = f"int32x{lanes}", f"int8x{lanes * 4}"
 
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((4,), "uint8", offset_factor=1), B: T.Buffer((16, 4), "int8", offset_factor=1),
-             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    def desc(A: T.Buffer((4,), data_dtype, offset_factor=1), B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-            T.writes(C[0:16])
-            for i in T.serial(0, 16):
+            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
                 for k in T.serial(0, 4):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
                         C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((4,), "uint8", offset_factor=1), B: T.Buffer((16, 4), "int8", offset_factor=1),
-             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    def impl(A: T.Buffer((4,), data_dtype, offset_factor=1), B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-            T.writes(C[0:16])
-            # LLVM >= 20 types the intrinsic as (<16 x i32>, <64 x i8>, <64 x i8>) (TVM's own copy still
-            # passes <16 x i32> operands and fails LLVM's verifier)
+            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.writes(C[0:lanes])
             # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
             # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
-            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-                C.vload([0], dtype="int32x16"),
-                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"), 16), dtype="int8x64"),
-                B.vload([0, 0], dtype="int8x64"), dtype="int32x16")
+            C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id(llvm_intrin),
+                C.vload([0], dtype=acc),
+                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], f"{data_dtype}x4"), dtype="int32"), lanes), dtype=vec),
+                B.vload([0, 0], dtype=vec), dtype=acc)
 
     # the accumulator is a default-scope buffer under 1 KiB (see rules.common.acc_scope): tensorize
     # compares storage scopes, so the schedule must give the tile exactly this scope
-    TensorIntrin.register(VNNI_INTRIN, desc, impl)
-    return VNNI_INTRIN
+    TensorIntrin.register(name, desc, impl)
+    return name
 
 
-SDOT_INTRIN = "forgekit_dot_4x4_i8i8i32_sdot"
-
-
-def register_sdot_intrin():
-    """Register the 4x4 s8.s8->s32 ARMv8.2 ``sdot`` intrinsic (as TVM's ``dot_4x4_i8i8s32_sdot`` in
-    ``tvm.s_tir.tensor_intrin.arm_cpu``, kept here for the same import-cost reason as the VNNI one)."""
-    from tvm.s_tir import TensorIntrin
-    from tvm.script import tirx as T
-
-    try:
-        TensorIntrin.get(SDOT_INTRIN)
-        return SDOT_INTRIN
-    except Exception:  # pylint: disable=broad-except
-        pass
-
-    @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((4,), "int8", offset_factor=1), B: T.Buffer((4, 4), "int8", offset_factor=1),
-             C: T.Buffer((4,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:4], A[0:4], B[0:4, 0:4])
-            T.writes(C[0:4])
-            for i in T.serial(0, 4):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((4,), "int8", offset_factor=1), B: T.Buffer((4, 4), "int8", offset_factor=1),
-             C: T.Buffer((4,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:4], A[0:4], B[0:4, 0:4])
-            T.writes(C[0:4])
-            # the 4 data bytes broadcast to every lane (one ld1r); one expression for the reason above
-            C[T.ramp(T.int32(0), 1, 4)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot.v4i32.v16i8"),
-                C.vload([0], dtype="int32x4"),
-                B.vload([0, 0], dtype="int8x16"),
-                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "int8x4"), dtype="int32"), 4), dtype="int8x16"),
-                dtype="int32x4")
-
-    TensorIntrin.register(SDOT_INTRIN, desc, impl)
-    return SDOT_INTRIN
-
-
-VNNI = DotKernel("vnni", "gemm_int8_vnni", 16, "uint8", register_vnni_intrin)
-SDOT = DotKernel("sdot", "gemm_int8_sdot", 4, "int8", register_sdot_intrin)
+#: x86 AVX512-VNNI: u8 x s8, 16 lanes of a zmm register
+VNNI = DotKernel("vnni", "gemm_int8_vnni", 16, "uint8", "llvm.x86.avx512.vpdpbusd.512")
+#: ARMv8.2 dot product: s8 x s8, 4 lanes of a NEON register (the broadcast becomes one ld1r)
+SDOT = DotKernel("sdot", "gemm_int8_sdot", 4, "int8", "llvm.aarch64.neon.sdot.v4i32.v16i8")
 #: TargetInfo.dot -> kernel
 KERNELS = {k.key: k for k in (VNNI, SDOT)}
