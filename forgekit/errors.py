@@ -104,3 +104,17 @@ class RPCError(ForgekitError):
     with the key, or the device's CPU is not the artifact's."""
 
     exit_code = 14
+
+
+class OutputWriteError(ForgekitError):
+    """An output cannot be written: no permission, a read-only file system, or no space left on the device.
+    Nothing is left behind."""
+
+    exit_code = 15
+
+
+class IncompatibleArtifactError(ArtifactError):
+    """The artifact was built for another machine: another CPU architecture or operating system, or CPU
+    features (AVX-512, dot product...) that this CPU lacks.  Reported before any of its code runs."""
+
+    exit_code = 16

@@ -329,3 +329,55 @@ def unsupported_model():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("my.domain", 1)])
     m.ir_version = 8
     return m
+
+
+# ------------------------------------------------------------------------------ quantization models
+def make_cnn(seed: int = 0, classes: int = 10, head: bool = True) -> onnx.ModelProto:
+    """conv3x3(3->16)+relu -> conv3x3/s2(16->16)+relu -> depthwise + residual -> [GAP -> MatMul(16->classes)]."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "w1": rng.standard_normal((16, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(16) * 0.1,
+        "w2": rng.standard_normal((16, 16, 3, 3)) * 0.1, "b2": rng.standard_normal(16) * 0.1,
+        "wd": rng.standard_normal((16, 1, 3, 3)) * 0.3, "wf": rng.standard_normal((16, classes)) * 0.3,
+    }
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "wd"], ["c3"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Add", ["c3", "r2"], ["s"])]
+    out = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 16, 8, 8])
+    if head:
+        nodes += [helper.make_node("GlobalAveragePool", ["s"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+                  helper.make_node("MatMul", ["f", "wf"], ["y"])]
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, classes])
+    else:
+        del arrays["wf"]
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()]
+    graph_ = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                               [out], inits)
+    model = helper.make_model(graph_, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+def samples(n: int = 6, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(n)]
+
+def ort_qdq_cnn(directory, activation: str = "QInt8"):
+    """:func:`make_cnn` through onnxruntime's ``quantize_static`` (QDQ, per-channel int8 weights,
+    ``activation`` QInt8 or QUInt8 — the latter asymmetric), calibrated on 4 samples; returns its path."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter([{"x": x} for x in samples(4)])
+
+        def get_next(self):  # noqa: ANN201
+            return next(self.it, None)
+
+    src, dst = directory / "cnn.onnx", directory / f"cnn_qdq_{activation}.onnx"
+    onnx.save(make_cnn(), src)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
+    return dst

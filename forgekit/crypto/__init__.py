@@ -6,9 +6,9 @@ Typical use::
 
     crypto.encrypt_library("out/model_library.so", "out/model_library.so", "out/modelKey.bin", password,
                            uuid=meta_uuid, fingerprint=model_fingerprint, target=target_str)
-    module = crypto.load_encrypted_module("out/model_library.so", "out/modelKey.bin", password)
-    vm = module["vm_load_executable"]()
+    data = crypto.decrypt_library_bytes("out/model_library.so", "out/modelKey.bin", password)
 
+Bytes in, bytes out: loading a decrypted library from memory is :mod:`forgekit.runtime.memload`'s job.
 The byte formats and the threat model are in ``docs/encryption-format.md``.  This package imports neither
 ``tvm`` nor any other forgekit module besides ``forgekit.errors``: deployment needs ``cryptography``,
 ``tvm_ffi`` and ``libtvm_runtime.so`` only.
@@ -33,11 +33,11 @@ from .errors import (
     KeyRequiredError,
     NotEncryptedError,
     UnsupportedFormatError,
+    WeakPasswordError,
     WrongPasswordError,
 )
 from .format import DEFAULT_CHUNK_SIZE, DEFAULT_KDF_N, DEFAULT_KDF_P, DEFAULT_KDF_R, FORMAT_VERSION
-from .memload import load_encrypted_module, load_module_from_memory
-from .password import DEFAULT_PASSWORD_ENV, artifact_key, password_from_env_or_file
+from .password import DEFAULT_PASSWORD_ENV, MIN_PASSWORD_LENGTH, artifact_key, check_new_password, password_from_env_or_file
 
 __all__ = [
     "encrypt_library",
@@ -47,8 +47,8 @@ __all__ = [
     "is_encrypted",
     "read_header",
     "read_key_info",
-    "load_module_from_memory",
-    "load_encrypted_module",
+    "check_new_password",
+    "MIN_PASSWORD_LENGTH",
     "password_from_env_or_file",
     "artifact_key",
     "DEFAULT_PASSWORD_ENV",
@@ -60,6 +60,7 @@ __all__ = [
     "EncryptionError",
     "KeyRequiredError",
     "EmptyPasswordError",
+    "WeakPasswordError",
     "WrongPasswordError",
     "KeyMismatchError",
     "CorruptArtifactError",

@@ -2,111 +2,37 @@
 
 from __future__ import annotations
 
-import hmac
-import hashlib
 import os
 import struct
-import unicodedata
 import uuid as uuid_module
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from ..errors import ArtifactError, UsageError
 from . import format as fmt
 from .errors import (
     CorruptArtifactError,
-    EmptyPasswordError,
     KeyMismatchError,
-    KeyRequiredError,
-    WrongPasswordError,
 )
 from .format import AtomicWriter, KeyFile, LibraryHeader
+from .keys import _derive_kek, _key_id, _password_bytes, _read_key_file, _unwrap, _wrap  # noqa: F401
 
 Password = str | bytes
 PathLike = str | os.PathLike[str]
 
-_KEY_ID_LABEL = b"forgekit/v1/key-id"
 _CHUNK_AAD = struct.Struct(">QB")  # chunk index, final flag (after the 32-byte header digest)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _password_bytes(password: Password | None, *, purpose: str) -> bytes:
-    """UTF-8 bytes of the password (NFC-normalised when given as ``str``)."""
-    if password is None:
-        raise KeyRequiredError(f"A password is needed to {purpose}: set FORGEKIT_ENCRYPT_PASSWORD or pass "
-                               f"--password-file.")
-    if isinstance(password, str):
-        password = unicodedata.normalize("NFC", password).encode("utf-8")
-    elif not isinstance(password, (bytes, bytearray)):
-        raise UsageError(f"The password must be str or bytes, not {type(password).__name__}.")
-    if not password:
-        raise EmptyPasswordError(f"The password is empty: choose a non-empty password to {purpose}.")
-    return bytes(password)
-
-
-def _derive_kek(password: bytes, key: KeyFile) -> bytes:
-    kdf = Scrypt(salt=key.salt, length=fmt.DATA_KEY_SIZE, n=key.kdf_n, r=key.kdf_r, p=key.kdf_p)
-    return kdf.derive(password)
-
-
-def _key_id(data_key: bytes) -> bytes:
-    """Public identifier of a data key (HMAC-SHA256 under the key, truncated): a key-commitment value."""
-    return hmac.new(data_key, _KEY_ID_LABEL, hashlib.sha256).digest()[: fmt.KEY_ID_SIZE]
-
-
 def _chunk_nonce(header: LibraryHeader, index: int) -> bytes:
     return header.nonce_prefix + index.to_bytes(4, "big")
 
 
 def _chunk_aad(header: LibraryHeader, index: int, final: bool) -> bytes:
     return header.digest + _CHUNK_AAD.pack(index, int(final))
-
-
-def _wrap(key: KeyFile, password: bytes, data_key: bytes) -> bytes:
-    """Key file bytes with ``data_key`` wrapped under the password (fresh nonce)."""
-    bound = key.bound_bytes()
-    nonce = os.urandom(fmt.NONCE_SIZE)
-    wrapped = AESGCM(_derive_kek(password, key)).encrypt(nonce, data_key, bound)
-    return KeyFile(**{**key.__dict__, "nonce": nonce, "wrapped_key": wrapped}).encode(bound)
-
-
-def _read_key_file(key_path: PathLike | None, lib_path: Path | None) -> tuple[KeyFile, bytes]:
-    if key_path is None:
-        where = f"'{lib_path}' is encrypted" if lib_path else "A key file is required"
-        raise KeyRequiredError(f"Model looks encrypted but no key provided: {where}; pass --key modelKey.bin "
-                               f"and a password.")
-    path = Path(key_path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(fmt.KEY_FILE_MAX + 1)
-    except FileNotFoundError:
-        raise KeyRequiredError(f"Key file '{path}' does not exist: pass the modelKey.bin written when the model "
-                               f"was encrypted.") from None
-    except IsADirectoryError:
-        raise KeyRequiredError(f"Key file '{path}' is a directory: pass the modelKey.bin file itself.") from None
-    except OSError as exc:
-        raise KeyRequiredError(f"Cannot read key file '{path}' ({exc.strerror or exc.__class__.__name__}): check "
-                               f"its permissions.") from None
-    if len(data) > fmt.KEY_FILE_MAX:
-        raise CorruptArtifactError(f"Key file '{path}' is corrupt (too large): re-copy it from the original or "
-                                   f"re-encrypt the model.")
-    return fmt.parse_key_file(data, path)
-
-
-def _unwrap(key: KeyFile, bound: bytes, password: bytes, key_path: Path) -> bytes:
-    try:
-        data_key = AESGCM(_derive_kek(password, key)).decrypt(key.nonce, key.wrapped_key, bound)
-    except InvalidTag:
-        raise WrongPasswordError(f"Wrong password for key file '{key_path}': check the password (or its "
-                                 f"file/environment variable).") from None
-    if not hmac.compare_digest(_key_id(data_key), key.key_id):
-        raise CorruptArtifactError(f"Key file '{key_path}' is corrupt (key id does not match its key): re-copy it "
-                                   f"from the original.")
-    return data_key
 
 
 def _open_library(enc_path: PathLike) -> tuple[BinaryIO, LibraryHeader, Path]:
@@ -255,7 +181,7 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
     ArtifactError
         When ``plain_path`` does not exist.
     """
-    secret = _password_bytes(password, purpose="encrypt the model")
+    secret = _password_bytes(password, purpose="encrypt the model", new=True)
     plain, out, key_out = Path(plain_path), Path(out_path), Path(key_path)
     if not plain.is_file():
         raise ArtifactError(f"Library '{plain}' does not exist or is not a file: compile the model first.")
@@ -392,7 +318,7 @@ def rekey(key_path: PathLike, old_password: Password, new_password: Password, *,
         The key file is damaged or of an unknown version.
     """
     old = _password_bytes(old_password, purpose="open the key file")
-    new = _password_bytes(new_password, purpose="re-key the model")
+    new = _password_bytes(new_password, purpose="re-key the model", new=True)
     fmt.check_kdf_params(kdf_n, kdf_r, kdf_p, error=lambda m: UsageError(f"Bad KDF cost: {m}."))
     path = Path(key_path)
     key, bound = _read_key_file(path, None)

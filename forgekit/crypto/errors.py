@@ -13,6 +13,7 @@ __all__ = [
     "EncryptionError",
     "KeyRequiredError",
     "EmptyPasswordError",
+    "WeakPasswordError",
     "WrongPasswordError",
     "KeyMismatchError",
     "CorruptArtifactError",
@@ -27,6 +28,10 @@ class KeyRequiredError(EncryptionError):
 
 class EmptyPasswordError(EncryptionError):
     """The password is the empty string (never a valid password, for encrypting or decrypting)."""
+
+
+class WeakPasswordError(EncryptionError):
+    """A password for a new encryption is shorter than the minimum length."""
 
 
 class WrongPasswordError(EncryptionError):

@@ -12,9 +12,22 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from .errors import EmptyPasswordError, KeyRequiredError
+from .errors import EmptyPasswordError, KeyRequiredError, WeakPasswordError
 
 DEFAULT_PASSWORD_ENV = "FORGEKIT_ENCRYPT_PASSWORD"
+#: shortest password accepted for *new* encryptions (NIST SP 800-63B's minimum for chosen secrets);
+#: existing artifacts open with whatever password they were made with
+MIN_PASSWORD_LENGTH = 8
+
+
+def check_new_password(password: str) -> None:
+    """Refuse a password for a new encryption that is empty or shorter than :data:`MIN_PASSWORD_LENGTH`."""
+    if not password:
+        raise EmptyPasswordError("The encryption password is empty: choose a password of at least "
+                                 f"{MIN_PASSWORD_LENGTH} characters.")
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise WeakPasswordError(f"The encryption password has {len(password)} characters: choose one of at least "
+                                f"{MIN_PASSWORD_LENGTH} (a passphrase of a few words is best).")
 
 
 def _strip_newline(text: str) -> str:

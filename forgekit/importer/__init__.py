@@ -1,19 +1,22 @@
-"""ONNX import for TVM 0.27 Relax: prepare (pin + fold), check, extra converters.
+"""ONNX import for TVM 0.27 Relax: load, prepare (pin + fold), check, convert with extra converters.
 
-:func:`forgekit.from_onnx` goes through this package (see :mod:`forgekit.frontend`); it can also be
+:func:`forgekit.from_onnx` goes through this package's one import path, :func:`import_onnx`; it can also be
 used on its own::
 
     from forgekit.importer import import_onnx, find_unsupported, check_report, prepare_onnx
 
-    mod = import_onnx("model.onnx", {"x": [1, 3, 320, 320]})       # -> Relax tvm.IRModule
+    imported = import_onnx("model.onnx", {"x": [1, 3, 320, 320]})   # .mod: a Relax tvm.IRModule
     check_report("model.onnx")   # {"unsupported": [{"op", "node"}...], "dynamic_inputs": [{"name", "shape"}...]}
 
-* :mod:`.prepare` — ``prepare_onnx``: opset >= 11, node names, input pinning, shape inference and
-  constant folding of shape sub-graphs (``onnx`` + ``numpy`` only).
-* :mod:`.check` — ``find_unsupported`` / ``check_report`` (milliseconds), ``convert`` and ``import_onnx``.
+* :mod:`.load` — reading files with one-line errors, graph inputs/outputs, ``shape_dict`` validation.
+* :mod:`.prepare` — ``prepare_onnx``: opset >= 11, node names, input pinning and freezing, shape inference
+  and constant folding of shape sub-graphs (``onnx`` + ``numpy`` only).
+* :mod:`.check` — ``find_unsupported`` / ``check_report`` (milliseconds) and ``convert``.
+* :mod:`.qdq` — QDQ conv/matmul patterns fused onto ConvInteger/MatMulInteger.
 * :mod:`.converters` — LSTM/GRU/RNN, ConvInteger, QLinearConv/MatMul, com.microsoft QGemm/QLinear*,
   DynamicQuantizeLSTM, patched into TVM's frontend for the duration of an import.
-* :mod:`.relax_fold` — exact numpy folding of constant-only Relax calls after import.
+* :mod:`.pipeline` — ``import_onnx``: all of the above, then :mod:`forgekit.passes.canonicalize` and
+  numpy folding (:mod:`forgekit.passes.numpy_fold`).
 * :mod:`.errors` — every error is a :class:`forgekit.errors.ModelLoadError` (exit 3) or
   :class:`forgekit.errors.UnsupportedOperatorError` (exit 4) with a one-line message.
 
@@ -32,7 +35,6 @@ from .check import (
     check_report,
     convert,
     find_unsupported,
-    import_onnx,
     supported_op_types,
     unsupported_ops,
 )
@@ -43,14 +45,19 @@ from .errors import (
     PrepareError,
     UnsupportedOperatorsError,
 )
-from .prepare import dynamic_inputs, fold_constants, prepare_onnx
+from .load import OnnxSource, graph_inputs, graph_outputs, load_onnx, normalize_shape_dict
+from .onnx_fold import fold_constants
+from .onnx_utils import dynamic_inputs
+from .prepare import prepare_onnx
 
 # These need TVM: loaded on first access.
 _LAZY = {
     "EXTRA_CONVERTERS": ".converters",
     "patched_frontend": ".converters",
     "register_converter": ".converters",
-    "fold_constants_numpy": ".relax_fold",
+    "ImportedModel": ".pipeline",
+    "import_onnx": ".pipeline",
+    "import_source": ".pipeline",
 }
 
 __all__ = [
@@ -67,8 +74,14 @@ __all__ = [
     "dynamic_inputs",
     "find_unsupported",
     "fold_constants",
-    "fold_constants_numpy",
+    "graph_inputs",
+    "graph_outputs",
+    "ImportedModel",
     "import_onnx",
+    "import_source",
+    "load_onnx",
+    "normalize_shape_dict",
+    "OnnxSource",
     "patched_frontend",
     "prepare_onnx",
     "register_converter",

@@ -1,10 +1,10 @@
-"""Pre-flight check and the one-call import: ONNX ModelProto -> tvm.IRModule.
+"""Pre-flight checks and the conversion step: a prepared ONNX ModelProto -> tvm.IRModule.
 
 * :func:`find_unsupported` / :func:`check_report`: what prevents import, in milliseconds (no TVM
   conversion, no compilation).
 * :func:`convert`: check -> ``tvm.relax.frontend.onnx.from_onnx`` with the extra converters ->
-  numpy folding of constant-only calls, on a model that :func:`~.prepare.prepare_onnx` already prepared.
-* :func:`import_onnx`: prepare + convert in one call.
+  numpy folding of constant-only calls, on a model that :func:`~.prepare.prepare_onnx` already prepared
+  (the whole import is :func:`forgekit.importer.import_onnx`).
 
 Only :mod:`.converters` and :mod:`.relax_fold` need TVM; they are imported when used.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import onnx
@@ -23,12 +23,11 @@ from .errors import (
     ConversionError,
     DynamicShapeError,
     ImportErrorBase,
-    PrepareError,
     UnsupportedOperatorsError,
     fmt_shape,
     one_line,
 )
-from .prepare import _pin_inputs, iter_named_nodes, prepare_onnx
+from .prepare import _pin_inputs, iter_named_nodes
 
 #: op_type used in :func:`find_unsupported` results for a dynamic input.
 DYNAMIC_INPUT = "<dynamic input>"
@@ -51,7 +50,7 @@ def _load(model: Any) -> onnx.ModelProto:
     """A ModelProto from a ModelProto, a path or bytes (forgekit's one-line load errors)."""
     if isinstance(model, onnx.ModelProto):
         return model
-    from ..frontend import load_onnx
+    from .load import load_onnx
 
     return load_onnx(model)[0]
 
@@ -136,7 +135,7 @@ def check_report(model: Any, shape_dict: Mapping | None = None) -> dict[str, lis
     empty means the model should import.  Raises ``ModelLoadError``/``UsageError`` (one line) for an
     unreadable model or a ``shape_dict`` that names no input or symbol.
     """
-    from ..frontend import normalize_shape_dict
+    from .load import normalize_shape_dict
 
     model = _load(model)
     pinned = normalize_shape_dict(model, dict(shape_dict) if shape_dict else None)
@@ -184,55 +183,10 @@ def convert(
             op = printed[len("Error converting operator "):].split(",", 1)[0]
         raise ConversionError(op, None, one_line(exc), where=where) from None
     if fold_relax_constants and not from_onnx_kwargs.get("keep_params_in_input"):
-        from .relax_fold import fold_constants_numpy
+        from ..passes.numpy_fold import fold_constants_numpy
 
         try:
             mod = fold_constants_numpy(mod)
         except Exception as exc:  # noqa: BLE001 - an optimisation only
             warnings.warn(f"numpy constant folding skipped: {one_line(exc)}", stacklevel=2)
     return mod
-
-
-def import_onnx(
-    model: Any,
-    shape_dict: Mapping[str, Sequence[int] | int] | None = None,
-    *,
-    freeze: Mapping[str, object] | None = None,
-    default_batch: int | None = 1,
-    extra_converters: dict | None = None,
-    prepare: bool = True,
-    fold_relax_constants: bool = True,
-    **from_onnx_kwargs: Any,
-):
-    """prepare -> check -> ``tvm.relax.frontend.onnx.from_onnx`` with our converters -> numpy fold.
-
-    ``model`` is a ModelProto, a path or bytes.  ``shape_dict``/``freeze``/``default_batch`` go to
-    :func:`prepare_onnx` (note: unlike :func:`forgekit.from_onnx`, a symbolic leading dim defaults to
-    ``default_batch``); other keyword arguments (``keep_params_in_input``, ``dtype_dict``, ...) go to
-    ``from_onnx``.  ``fold_relax_constants`` folds constant-only calls left by the frontend with numpy
-    (see :mod:`.relax_fold`; it saves most of ``FoldConstant``'s compile time).  Returns a Relax
-    ``tvm.IRModule``.
-
-    Raises only subclasses of :class:`ImportErrorBase` with one-line messages:
-    :class:`DynamicShapeError`, :class:`UnsupportedOperatorsError` (listing every offending node),
-    :class:`ConversionError` (naming the failing node and op), :class:`PrepareError`.
-    """
-    model = _load(model)
-    if prepare:
-        try:
-            model = prepare_onnx(model, shape_dict, freeze=freeze, default_batch=default_batch)
-        except DynamicShapeError as exc:
-            ops = unsupported_ops(model, extra_converters)
-            if ops:
-                extra = UnsupportedOperatorsError(ops)
-                raise DynamicShapeError(exc.inputs, f"{exc.hint}; also: {extra}") from None
-            raise
-        except ImportErrorBase:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise PrepareError(f"Preparing the model for import failed ({one_line(exc)}): "
-                               "check it with onnx.checker or re-export it") from None
-    kwargs = dict(from_onnx_kwargs)
-    if not prepare and shape_dict:  # otherwise prepare applied shape_dict (the inputs are static now)
-        kwargs.setdefault("shape_dict", {k: list(v) for k, v in shape_dict.items() if not isinstance(v, int)})
-    return convert(model, extra_converters=extra_converters, fold_relax_constants=fold_relax_constants, **kwargs)

@@ -20,7 +20,7 @@ from .stats import TensorStats
 KEPT_SAMPLES = 8
 
 if TYPE_CHECKING:
-    from ..ir import IRModule
+    import tvm
 
 
 @dataclass
@@ -32,13 +32,6 @@ class Calibration:
     samples: int = 0
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-class _Built:
-    """Just enough of an IRModule for :func:`forgekit.pipeline.build_executable`."""
-
-    def __init__(self, mod: Any) -> None:
-        self.mod = mod
 
 
 def cuda_target(compute_version: str) -> Any:
@@ -60,7 +53,7 @@ def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.nd
     import tvm
     from tvm import relax
 
-    from ..pipeline import build_executable
+    from ..build import build_executable
     from ..targets import parse_target
 
     vm = None
@@ -68,22 +61,22 @@ def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.nd
         try:
             if tvm.cuda(0).exist:
                 spec = cuda_target(tvm.cuda(0).compute_version)
-                vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=2), tvm.cuda(0))
+                vm = relax.VirtualMachine(build_executable(mod, spec, opt_level=2), tvm.cuda(0))
                 device = tvm.cuda(0)
         except Exception:  # noqa: BLE001 - no CUDA runtime, or the GPU build failed: the CPU does it
             vm = None
     if vm is None:
         device, spec = tvm.cpu(), parse_target("host")
-        vm = relax.VirtualMachine(build_executable(_Built(mod), spec, opt_level=3), device)
+        vm = relax.VirtualMachine(build_executable(mod, spec, opt_level=3), device)
 
     def run(inputs: list[np.ndarray]) -> Any:
         return vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
 
-    return run, "cuda" if spec.kind == "cuda" else "cpu"
+    return run, "cuda" if spec.is_cuda else "cpu"
 
 
-def instrument(ir: IRModule) -> tuple[Any, list[int]]:
-    """``ir``'s module with the data input of every quantizable op exposed as an extra output, and for
+def instrument(mod: tvm.IRModule) -> tuple[Any, list[int]]:
+    """``mod`` with the data input of every quantizable op exposed as an extra output, and for
     each op (in :func:`graph.describe` order) the position of its tensor among those outputs (ops that
     share an input share the position)."""
     slots: list[int] = []
@@ -99,16 +92,20 @@ def instrument(ir: IRModule) -> tuple[Any, list[int]]:
             slots.append(pos)
         return unique
 
-    mod, _n = graph.expose(ir.mod, pick)
-    return mod, slots
+    exposed, _n = graph.expose(mod, pick)
+    return exposed, slots
 
 
-def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, use_cuda: bool = True) -> Calibration:
-    """Feed every sample of ``data`` through ``ir`` and return the updated :class:`Calibration`."""
-    ops = graph.describe(ir.mod["main"])
+def calibrate(mod: tvm.IRModule, inputs: Sequence[Any], data: Any, *, previous: Calibration | None = None,
+              use_cuda: bool = True) -> Calibration:
+    """Feed every sample of ``data`` through ``mod`` and return the updated :class:`Calibration`.
+
+    ``inputs`` are the model's input specs (``TensorInfo``: name, shape, dtype) the samples are checked
+    against; a stacked array splits along symbolic leading dimensions too (see :mod:`.samples`)."""
+    ops = graph.describe(mod["main"])
     if not ops:
         raise UsageError("The model has no conv2d or matmul with constant weights: nothing to calibrate.")
-    mod, slots = instrument(ir)
+    instrumented, slots = instrument(mod)
     calib = previous if previous is not None and len(previous.ops) == len(ops) else Calibration(ops, [])
     unique_stats = {}
     if not calib.stats:
@@ -119,13 +116,14 @@ def calibrate(ir: IRModule, data: Any, *, previous: Calibration | None = None, u
             unique_stats.setdefault(p, s)
     run = None
     count = 0
-    for inputs in iterate(data, ir.input_names, ir.input_shapes, ir.input_dtypes):
+    names, shapes, dtypes = [t.name for t in inputs], [t.shape for t in inputs], [t.dtype for t in inputs]
+    for sample in iterate(data, names, shapes, dtypes):
         if run is None:
-            run, calib.device = build_runner(mod, use_cuda)
-        result = run(inputs)
+            run, calib.device = build_runner(instrumented, use_cuda)
+        result = run(sample)
         kept = calib.extra.setdefault("samples", [])
         if len(kept) < KEPT_SAMPLES:  # for the accuracy report and max_accuracy_drop
-            kept.append(inputs)
+            kept.append(sample)
         for p, tensor in enumerate(result[1]):
             if p in unique_stats:
                 unique_stats[p].update(tensor.numpy())

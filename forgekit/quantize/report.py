@@ -21,7 +21,8 @@ from ..errors import UsageError
 from . import graph
 
 if TYPE_CHECKING:
-    from ..ir import IRModule
+    import tvm
+
     from .calibrate import Calibration
 
 
@@ -99,15 +100,14 @@ def compare(float_mod: Any, quant_mod: Any, samples: Sequence[list[np.ndarray]],
             "layers": layers, "fp32_layers": [layers[i]["name"] for i in kept]}
 
 
-def accuracy_report(ir: IRModule, samples: Sequence[list[np.ndarray]] | None = None) -> dict[str, Any]:
-    """Report for a quantized ``ir`` (its float module is kept by ``quantize``)."""
-    if not ir.is_quantized:
-        raise UsageError("The model is not quantized: call ir.quantize() first.")
-    calib = ir._calibration
+def accuracy_report(float_mod: tvm.IRModule, quant_mod: tvm.IRModule, quantization: dict[str, Any],
+                    calib: Calibration | None, samples: Sequence[list[np.ndarray]] | None = None) -> dict[str, Any]:
+    """Report for ``quant_mod`` (quantized with the parameters ``quantization``) against ``float_mod``, on
+    ``samples`` (default: the calibration samples kept in ``calib``)."""
     samples = samples if samples is not None else (calib.extra.get("samples", []) if calib is not None else [])
-    kept = [i for i, op in enumerate(graph.describe(ir._float_mod["main"]))
-            if op.name in (ir.quantization or {}).get("fp32_ops", [])]
-    return compare(ir._float_mod, ir.mod, samples, kept)
+    kept = [i for i, op in enumerate(graph.describe(float_mod["main"]))
+            if op.name in (quantization or {}).get("fp32_ops", [])]
+    return compare(float_mod, quant_mod, samples, kept)
 
 
 def local_snr(calib: Calibration | None, plans: dict[int, Any], index: int) -> float:
@@ -134,7 +134,7 @@ def local_snr(calib: Calibration | None, plans: dict[int, Any], index: int) -> f
     return 10 * np.log10(max(power, 1e-30) / max(noise, 1e-30))
 
 
-def quantize_within_budget(ir: IRModule, calib: Calibration | None, budget: float,
+def quantize_within_budget(float_mod: tvm.IRModule, calib: Calibration | None, budget: float,
                            options: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Quantize, keeping the lowest-SNR layers in fp32 until the accuracy drop is at most ``budget``."""
     from . import plan as quantize_plan, quantize
@@ -144,17 +144,17 @@ def quantize_within_budget(ir: IRModule, calib: Calibration | None, budget: floa
     samples = calib.extra.get("samples", []) if calib is not None else []
     if not samples:
         raise UsageError("max_accuracy_drop needs calibration samples to measure the drop: call ir.calibrate() first.")
-    n_ops = len(graph.describe(ir.mod["main"]))
-    names = [op.name for op in graph.describe(ir.mod["main"])]
+    n_ops = len(graph.describe(float_mod["main"]))
+    names = [op.name for op in graph.describe(float_mod["main"])]
 
     def attempt(count: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        m, i = quantize(ir, calib, **options, keep_fp32=set(order[:count]))
+        m, i = quantize(float_mod, calib, **options, keep_fp32=set(order[:count]))
         # layers fp32 by policy (depthwise) and by the budget alike
-        return m, i, compare(ir.mod, m, samples, [k for k, n in enumerate(names) if n in i["fp32_ops"]])
+        return m, i, compare(float_mod, m, samples, [k for k, n in enumerate(names) if n in i["fp32_ops"]])
 
     order: list[int] = []
     mod, info, rep = attempt(0)
-    plans, _ = quantize_plan(ir, calib, **{k: v for k, v in options.items()
+    plans, _ = quantize_plan(float_mod, calib, **{k: v for k, v in options.items()
                                            if k not in ("kernel_dtype", "bias_dtype", "quantize_depthwise")})
     order = sorted((i for i in range(n_ops) if names[i] not in info["fp32_ops"]), key=lambda i: local_snr(calib, plans, i))
     n_ops = len(order)

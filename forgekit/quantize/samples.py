@@ -54,9 +54,13 @@ def normalize(sample: Any, names: Sequence[str], shapes: Sequence[Sequence[int |
 
 
 def _split_stack(array: np.ndarray, shape: Sequence[int | str]) -> list[np.ndarray]:
-    """A stacked array: one sample per leading entry (each keeps or gets its batch axis)."""
-    if array.ndim == len(shape) and not _fits(array.shape, shape):
-        return [a[None] for a in array]  # [S, C, H, W] for a model with batch 1
+    """A stacked array: one sample per leading entry (each keeps or gets its batch axis).
+
+    With a symbolic batch dimension a ``[32, 3, 224, 224]`` array also fits the input as one batch of 32,
+    but calibration counts samples: it is 32 samples of batch 1 (as for a batch-1 model)."""
+    symbolic_batch = bool(shape) and isinstance(shape[0], str)
+    if array.ndim == len(shape) and (symbolic_batch or not _fits(array.shape, shape)):
+        return [a[None] for a in array]  # [S, C, H, W]: one sample of batch 1 per entry
     if array.ndim == len(shape) + 1:
         return list(array)
     return [array]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .families import FAMILIES, get_family
-from .parse import TargetSpec, detect_host, parse_target
+from .parse import TargetSpec, _family_of, detect_host, parse_target
 from .tags import HOST_NAMES, TAGS
 
 _FAMILY_FILTERS = {
@@ -36,9 +36,7 @@ def _entries(family: str | None) -> list[tuple[str, str]]:
         config = dict(tvm_target.export())
         kind = str(config.get("kind", ""))
         triple = str(config.get("mtriple", ""))
-        fam = "cuda" if kind == "cuda" else ("android" if "android" in triple else
-                                            "arm" if triple.startswith(("aarch64", "arm")) else
-                                            "x86" if triple.startswith("x86") else "other")
+        fam = _family_of(config, None) if triple or kind == "cuda" else "other"
         if family is None or _FAMILY_FILTERS[family](fam, kind):
             rows.append((str(tag), f"{kind} (TVM tag)"))
     return rows

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TargetError
+from ..log import first_line
+from ..runtime.cpu import host_arch, normalize_arch
 from .tags import HOST_NAMES, TAGS
 
 # Options whose TVM type is Array<str>; a legacy string gives them comma-separated.
@@ -55,12 +57,53 @@ class TargetSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def host_family(self) -> str:
+        """The family of the CPU code (the target's own for CPU targets, its host's for GPU targets)."""
+        return self.family if self.is_cpu else _family_of(self.host_dict, None)
+
+    @property
     def kind(self) -> str:
         return str(self.target["kind"])
 
     @property
     def is_cpu(self) -> bool:
         return self.kind in ("llvm", "c")
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def cuda_arch(self) -> str:
+        """The GPU architecture (``sm_87``) the kernels are built for.
+
+        TVM silently falls back to ``sm_50`` when none is given and no GPU is present; forgekit asks instead,
+        because the build machine usually is not the deployment GPU.
+        """
+        arch = self.target.get("arch")
+        if not arch:
+            raise TargetError(f"Target '{self.name}' names no GPU architecture: add -arch=sm_XY (e.g. "
+                              "'cuda -arch=sm_86') or use a tag such as cuda/sm_86 or jetson/orin.")
+        return str(arch)
+
+    @property
+    def family_impl(self) -> Any:
+        """The :class:`~forgekit.targets.families.base.Family` that links, describes and runs this target."""
+        from .families import get_family
+
+        return get_family(self.family)
+
+    def host_tvm_target(self) -> Any:
+        """The ``tvm.target.Target`` of the code that runs on the CPU."""
+        import tvm
+
+        return tvm.target.Target(self.host_dict)
+
+    def cpu_features(self) -> list[str]:
+        """The CPU features the artifact's CPU code may use: the running CPU must have them all."""
+        from .isa import required_cpu_features
+
+        return required_cpu_features(self.host_tvm_target())
 
     @property
     def host_dict(self) -> dict[str, Any]:
@@ -76,15 +119,12 @@ class TargetSpec:
     def arch(self) -> str:
         """CPU architecture of the artifact: ``x86_64``, ``aarch64``, ``arm``..."""
         triple = self.triple
-        if not triple:
-            return os.uname().machine
-        arch = triple.split("-", 1)[0]
-        return "arm" if arch.startswith(("armv7", "arm")) and arch != "arm64" else arch
+        return normalize_arch(triple.split("-", 1)[0]) if triple else host_arch()
 
     @property
     def is_cross(self) -> bool:
         """True when the artifact cannot run on this machine."""
-        return self.arch != os.uname().machine
+        return self.arch != host_arch()
 
     def tvm_target(self):
         """Build the ``tvm.target.Target`` (imports TVM)."""
@@ -95,7 +135,7 @@ class TargetSpec:
                 return tvm.target.Target(self.target)
             return tvm.target.Target(self.target, host=self.host_dict)
         except Exception as exc:  # TVM raises its own error types for bad options
-            raise TargetError(f"TVM rejected target {self.name or self.target}: {_first_line(exc)}") from None
+            raise TargetError(f"TVM rejected target {self.name or self.target}: {first_line(exc)}") from None
 
     def as_string(self) -> str:
         """Legacy one-line form, e.g. ``llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76``."""
@@ -105,11 +145,6 @@ class TargetSpec:
         """JSON-ready description used in metadata."""
         return {"name": self.name, "family": self.family, "target": self.target, "host": self.host_dict,
                 "triple": self.triple or _host_triple(), "arch": self.arch}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _to_string(d: dict[str, Any]) -> str:
@@ -126,8 +161,7 @@ def _to_string(d: dict[str, Any]) -> str:
 
 
 def _host_triple() -> str:
-    machine = os.uname().machine
-    return f"{machine}-linux-gnu"
+    return f"{host_arch()}-linux-gnu"
 
 
 def detect_host() -> dict[str, Any]:
@@ -189,7 +223,7 @@ def _family_of(target: dict[str, Any], host: dict[str, Any] | None) -> str:
     if triple.startswith("arm"):
         return "armhf"
     if kind == "llvm" and not triple:  # TVM's default triple is the compiling machine's
-        return {"x86_64": "x86", "aarch64": "arm"}.get(os.uname().machine, "other")
+        return {"x86_64": "x86", "aarch64": "arm"}.get(host_arch(), "other")
     if triple.startswith("x86_64"):
         return "x86"
     return "other"
@@ -323,4 +357,38 @@ def parse_target(target: Any, host: Any = None) -> TargetSpec:
         system_lib=system_lib,
     )
     spec.tvm_target()  # validate every option now, with a one-line error
+    check_llvm_cpu(spec.host_dict, spec.triple or _host_triple())
     return spec
+
+
+def check_llvm_cpu(tdict: dict[str, Any], triple: str) -> None:
+    """Refuse an ``-mcpu`` LLVM does not know for ``triple``, or an ``-mattr`` feature it does not know.
+
+    LLVM itself only warns ("'notacpu' is not a recognized processor for this target") once per kernel and
+    then builds generic code: a typo would silently cost all the speed the target was chosen for.
+    """
+    if tdict.get("kind") != "llvm":
+        return
+    import tvm
+    from tvm.target import codegen
+
+    from .. import log
+
+    cpu = str(tdict.get("mcpu") or "")
+    with log.quiet_native("target"):
+        if cpu and not codegen.llvm_is_valid_cpu(cpu, triple):
+            known = [str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm",
+                                                                                        "mtriple": triple}))]
+            close = difflib.get_close_matches(cpu, known, n=4, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise TargetError(f"Unknown CPU '{cpu}' for {triple.split('-')[0]}.{hint} Valid CPUs: "
+                              f"{', '.join(sorted(known))}.")
+        wanted = [str(a)[1:] for a in tdict.get("mattr") or [] if str(a).startswith("+")]
+        if wanted:
+            have = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(
+                {k: v for k, v in tdict.items() if k in ("kind", "mtriple", "mcpu", "mattr")} | {"mtriple": triple}))}
+            unknown = [f for f in wanted if f not in have]
+            if unknown:
+                raise TargetError(f"Unknown CPU feature(s) {', '.join('+' + f for f in unknown)} for "
+                                  f"{triple.split('-')[0]}: check the spelling (LLVM names, e.g. +avx2, +avx512f, "
+                                  "+neon, +dotprod).")

@@ -9,7 +9,9 @@ Converters follow TVM's convention: an ``OnnxOpConverter`` subclass with
 ``_impl_v<N>(cls, bb, inputs, attr, params)`` classmethods.
 
 One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
-(ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops).
+(ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), and fixes of TVM's own:
+:mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
+:mod:`.pool` (SAME padding).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import quant, rnn
+from . import pool, quant, resize, rnn, slicing
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
-EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS}
+EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **slicing.CONVERTERS,
+                                     **resize.CONVERTERS, **pool.CONVERTERS}
 
 #: ops the frontend handles outside its convert map.
 DIRECTLY_HANDLED = {"If"}

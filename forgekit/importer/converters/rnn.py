@@ -134,7 +134,6 @@ class _RNNBase(OnnxOpConverter):
         layout = int(attr.get("layout", 0))
         direction = attr_str(attr, "direction", "forward")
         num_dir = 2 if direction == "bidirectional" else 1
-        G = cls.GATES
         dtype = dtype_of(X)
         if layout == 1:
             X = bb.emit(op.permute_dims(X, [1, 0, 2]))

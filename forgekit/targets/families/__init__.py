@@ -15,9 +15,9 @@ FAMILIES: dict[str, Family] = {
     "arm": arm.family,
     "armhf": armhf.family,
     "android": android,
-    "cuda": cuda,
     "other": native,
 }
+FAMILIES["cuda"] = cuda.CudaFamily(FAMILIES)
 
 
 def get_family(name: str) -> Family:

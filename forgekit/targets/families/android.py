@@ -13,12 +13,14 @@ import glob
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
-from .base import require, tool_version
+from ...toolchain import require, tool_version
 
 if TYPE_CHECKING:
     from ..parse import TargetSpec
 
 DESCRIPTION = "Android"
+OS = "android"
+DEVICE = "cpu"
 API_LEVEL = 21
 #: DT_SONAME of the artifact: its file name, so the loader identifies it the same way however it is opened.
 SONAME = "model_library.so"
@@ -82,3 +84,12 @@ def toolchain(spec: TargetSpec) -> dict[str, str]:
     tool = _ndk_clang() or "clang"
     return {"linker": tool, "linker_version": tool_version(tool), "android_api": str(API_LEVEL),
             "page_size": "16384"}
+
+
+def export_options(spec: TargetSpec, opt_level: int) -> dict[str, Any]:
+    return {}
+
+
+def device(arch: str, log: Callable[[str], None] | None = None) -> None:
+    """No device here runs Android code (Bionic, not glibc)."""
+    return None

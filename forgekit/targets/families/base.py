@@ -1,15 +1,15 @@
-"""The protocol every target family implements, and the shared linker plumbing."""
+"""The protocol every target family implements (link, describe, run), and the shared plumbing."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ...errors import ToolchainError
+from ...runtime.cpu import host_arch, normalize_arch
+from ...toolchain import host_cxx, require, tool_version
 
 if TYPE_CHECKING:
+    from ...devices import Device
     from ..parse import TargetSpec
 
 
@@ -18,6 +18,11 @@ class Family(Protocol):
 
     #: Human name, e.g. "aarch64 Linux".
     DESCRIPTION: str
+    #: where its artifacts run: the operating system ("linux", "android") and the device kind ("cpu",
+    #: "cuda"), recorded in the metadata so a runtime can tell, without knowing any family, whether it
+    #: can run one
+    OS: str
+    DEVICE: str
 
     def linker(self, spec: TargetSpec) -> Callable[..., Any] | None:
         """``fcompile`` for ``Executable.export_library`` (``None``: TVM's default host compiler).
@@ -28,42 +33,39 @@ class Family(Protocol):
     def toolchain(self, spec: TargetSpec) -> dict[str, str]:
         """Names and versions of the tools that link this family's artifacts (for metadata)."""
 
+    def export_options(self, spec: TargetSpec, opt_level: int) -> dict[str, Any]:
+        """Extra ``Executable.export_library`` arguments (CUDA packs its nvcc-compiled kernels)."""
 
-def require(tool: str, package: str, image: str | None = None) -> str:
-    """Path of ``tool`` on PATH, or a one-line :class:`ToolchainError` saying how to get it."""
-    path = shutil.which(tool)
-    if path is None:
-        where = f" or use the forgekit '{image}' image" if image else ""
-        raise ToolchainError(f"'{tool}' is not installed: install the Debian package '{package}'{where}.")
-    return path
+    def device(self, arch: str, log: Callable[[str], None] | None = None) -> Device | None:
+        """Where this machine can run an artifact of this family built for ``arch`` (None: nowhere)."""
 
 
-def tool_version(tool: str) -> str:
-    """First line of ``tool --version`` (empty when it cannot be run)."""
-    path = shutil.which(tool)
-    if not path:
-        return ""
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else ""
+def local_or_emulated(arch: str, log: Callable[[str], None] | None = None) -> Device | None:
+    """This machine for its own architecture, qemu for one it can emulate, else None."""
+    from ...devices.local import LocalDevice
+    from ...devices.rootfs import GUESTS
 
+    if arch == host_arch():
+        return LocalDevice()
+    if arch in GUESTS:
+        from ...devices.qemu import QemuDevice
 
-def host_cxx() -> str:
-    """The C++ compiler TVM uses for native artifacts (``CXX`` or ``g++``)."""
-    return os.environ.get("CXX", "g++")
+        return QemuDevice(arch, log)
+    return None
 
 
 class GnuFamily:
     """A Linux family linked by GCC: the host ``g++`` on its own machine, ``<triple>-g++`` elsewhere."""
+
+    OS = "linux"
+    DEVICE = "cpu"
 
     def __init__(self, description: str, machine: str, cross_cxx: str, package: str, image: str | None) -> None:
         self.DESCRIPTION = description
         self.machine, self.cross_cxx, self.package, self.image = machine, cross_cxx, package, image
 
     def _native(self) -> bool:
-        return os.uname().machine == self.machine
+        return host_arch() == normalize_arch(self.machine)
 
     def cxx(self) -> str:
         return host_cxx() if self._native() else self.cross_cxx
@@ -79,11 +81,19 @@ class GnuFamily:
     def toolchain(self, spec: TargetSpec) -> dict[str, str]:
         return {"linker": self.cxx(), "linker_version": tool_version(self.cxx())}
 
+    def export_options(self, spec: TargetSpec, opt_level: int) -> dict[str, Any]:
+        return {}
+
+    def device(self, arch: str, log: Callable[[str], None] | None = None) -> Device | None:
+        return local_or_emulated(arch, log)
+
 
 class _Native:
     """Artifacts for the machine forgekit runs on: TVM's default linker (g++)."""
 
     DESCRIPTION = "this machine"
+    OS = "linux"
+    DEVICE = "cpu"
 
     def linker(self, spec: TargetSpec) -> Callable[..., Any] | None:
         if spec.is_cross:
@@ -94,6 +104,12 @@ class _Native:
 
     def toolchain(self, spec: TargetSpec) -> dict[str, str]:
         return {"linker": host_cxx(), "linker_version": tool_version(host_cxx())}
+
+    def export_options(self, spec: TargetSpec, opt_level: int) -> dict[str, Any]:
+        return {}
+
+    def device(self, arch: str, log: Callable[[str], None] | None = None) -> Device | None:
+        return local_or_emulated(arch, log)
 
 
 native = _Native()

@@ -1,56 +1,52 @@
 """NVIDIA CUDA: device kernels compiled by nvcc at build time, host code linked for the host CPU's family.
 
-The kernels go into the library as a fatbin (see :mod:`forgekit.nvcc`), so the build machine needs nvcc
+The kernels go into the library as a fatbin (see :mod:`forgekit.backends.cuda.nvcc`), so the build machine needs nvcc
 for the target's architecture but no GPU, and the device needs neither nvcc nor NVRTC.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
-from ...errors import TargetError
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
     from ..parse import TargetSpec
 
-DESCRIPTION = "NVIDIA CUDA"
+class CudaFamily:
+    """CUDA targets: nvcc for the kernels, the host CPU's family for the rest (looked up in ``host_families``,
+    the registry this family is part of)."""
 
+    DESCRIPTION = "NVIDIA CUDA"
+    OS = "linux"
+    DEVICE = "cuda"
 
-def _host_family(spec: TargetSpec):
-    from . import get_family
-    from ..parse import _family_of
+    def __init__(self, host_families: Mapping[str, Any]) -> None:
+        self._host_families = host_families
 
-    return get_family(_family_of(spec.host_dict, None))
+    def _host(self, spec: TargetSpec) -> Any:
+        return self._host_families[spec.host_family]
 
+    def linker(self, spec: TargetSpec) -> Callable[..., Any] | None:
+        """Check nvcc can build the kernels for the target's arch, then return the host family's linker."""
+        from ...backends.cuda.nvcc import check_arch
 
-def cuda_arch(spec: TargetSpec) -> str:
-    """The GPU architecture (``sm_87``) the kernels are built for.
+        check_arch(spec.cuda_arch)
+        return self._host(spec).linker(spec)
 
-    TVM silently falls back to ``sm_50`` when none is given and no GPU is present; forgekit asks instead,
-    because the build machine usually is not the deployment GPU.
-    """
-    arch = spec.target.get("arch")
-    if not arch:
-        raise TargetError(f"Target '{spec.name}' names no GPU architecture: add -arch=sm_XY (e.g. "
-                          "'cuda -arch=sm_86') or use a tag such as cuda/sm_86 or jetson/orin.")
-    return str(arch)
+    def toolchain(self, spec: TargetSpec) -> dict[str, str]:
+        """The host linker plus nvcc (path, CUDA release) and the GPU architecture of the kernels."""
+        from ...backends.cuda.nvcc import find_nvcc, nvcc_version
 
+        info = dict(self._host(spec).toolchain(spec))
+        info.update(nvcc=find_nvcc(), nvcc_version=nvcc_version(), cuda_arch=spec.cuda_arch, device_code="fatbin")
+        return info
 
-def linker(spec: TargetSpec) -> Callable[..., Any] | None:
-    """Check nvcc can build the kernels for the target's arch, then return the host family's linker."""
-    from ...nvcc import check_arch
+    def export_options(self, spec: TargetSpec, opt_level: int) -> dict[str, Any]:
+        """Pack the kernels compiled by nvcc (a fatbin) into the library."""
+        from ...backends.cuda import devpack, nvcc
 
-    check_arch(cuda_arch(spec))
-    return _host_family(spec).linker(spec)
+        arch, fast_math = spec.cuda_arch, opt_level >= 4
+        return {"fpack_imports": devpack.pack_imports(lambda source: nvcc.compile_fatbin(source, arch, fast_math))}
 
-
-def toolchain(spec: TargetSpec) -> dict[str, str]:
-    """The host linker plus nvcc (path, CUDA release) and the GPU architecture of the kernels."""
-    from ...nvcc import find_nvcc, nvcc_version
-
-    info = dict(_host_family(spec).toolchain(spec))
-    info["nvcc"] = find_nvcc()
-    info["nvcc_version"] = nvcc_version()
-    info["cuda_arch"] = cuda_arch(spec)
-    info["device_code"] = "fatbin"
-    return info
+    def device(self, arch: str, log: Callable[[str], None] | None = None) -> None:
+        """forgekit runs no CUDA artifact on this machine (it has no GPU runtime of its own)."""
+        return None

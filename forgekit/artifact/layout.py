@@ -1,0 +1,76 @@
+"""The files of an artifact directory, named once, and how to find them.
+
+Only the standard library and :mod:`forgekit.errors`: the deployed runtime imports this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArtifactError
+
+LIBRARY_FILE = "model_library.so"
+METADATA_FILE = "metadata.json"
+KEY_FILE = "modelKey.bin"
+REPORT_FILE = "compile_report.json"
+QUANT_REPORT_FILE = "quantization_report.json"
+IR_FILE = "model.relax.py"
+RECORDS_DIR = "optimization_artifacts"
+BENCH_FILE = "bench.json"
+
+
+def resolve(path: str | Path) -> tuple[Path, Path | None]:
+    """(library, metadata or None) of an artifact directory or of a library file given directly."""
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"Artifact '{path}' does not exist: compile one with 'forgekit compile'.")
+    if path.is_dir():
+        library = path / LIBRARY_FILE
+        if not library.exists():
+            raise ArtifactError(f"'{path}' has no {LIBRARY_FILE}: is it a forgekit artifact directory?")
+        meta = path / METADATA_FILE
+        return library, meta if meta.exists() else None
+    meta = path.parent / METADATA_FILE
+    return path, meta if meta.exists() else None
+
+
+def artifact_dir(path: str | Path) -> Path:
+    """``path`` when it is an artifact directory (library and metadata), else a one-line ArtifactError."""
+    directory = Path(path)
+    if not (directory / LIBRARY_FILE).is_file() or not (directory / METADATA_FILE).is_file():
+        raise ArtifactError(f"'{path}' is not a forgekit artifact directory ({LIBRARY_FILE} + {METADATA_FILE}).")
+    return directory
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """``metadata.json`` of an artifact directory (or the file itself), parsed."""
+    path = Path(path)
+    meta = path / METADATA_FILE if path.is_dir() else path
+    try:
+        return json.loads(meta.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"'{path}' has no {METADATA_FILE}: is it a forgekit artifact directory?") from None
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"'{meta}' is not readable JSON ({exc}): recompile the artifact.") from None
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest(), Path(path).stat().st_size
+
+
+def device_of(meta: dict[str, Any]) -> dict[str, str]:
+    """Where an artifact runs, as its metadata says: ``{"os": "linux"|"android", "kind": "cpu"|"cuda"}``
+    (written by the target family; derived from the family name for artifacts older than that field)."""
+    build = meta.get("build", {}) if meta else {}
+    if build.get("device"):
+        return dict(build["device"])
+    family = build.get("family")
+    return {"os": "android" if family == "android" else "linux", "kind": "cuda" if family == "cuda" else "cpu"}

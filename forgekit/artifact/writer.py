@@ -1,0 +1,138 @@
+"""Writing a compiled executable as an artifact: link the library, encrypt it, render the metadata.
+
+Everything goes into the temporary directory the caller got from
+:func:`~forgekit.artifact.outputs.atomic_directory`; nothing here knows about TVM passes or the model
+façade: it takes the executable, the target spec, a :class:`~forgekit.description.ModelDescription`
+and the options.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid as _uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import CompileError, ForgekitError, OutputWriteError
+from . import metadata as md
+from .layout import IR_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, QUANT_REPORT_FILE, REPORT_FILE, file_digest
+
+if TYPE_CHECKING:
+    from ..build import BuildReport
+    from ..description import ModelDescription
+    from ..options import CompileOptions
+    from ..targets import TargetSpec
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """Where :func:`forgekit.compiler.compile_model` put the artifact and what it wrote."""
+
+    path: Path
+    library: Path
+    metadata: dict[str, Any]
+    #: fused kernel -> the schedule rule that scheduled it (CPU targets at opt level 3+; empty otherwise)
+    schedule_rules: dict[str, str] = field(default_factory=dict)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Callable[..., Any] | None,
+                 opt_level: int) -> None:
+    """``export_library`` with the family's linker and export options; one line when linking fails."""
+    try:
+        options = spec.family_impl.export_options(spec, opt_level)
+        if fcompile is None:
+            executable.export_library(str(library), **options)
+        else:
+            executable.export_library(str(library), fcompile=fcompile, **options)
+    except ForgekitError:
+        raise
+    except Exception as exc:  # the linker's output is long; its last error line says what broke
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+        if "No space left on device" in str(exc):
+            raise OutputWriteError(f"Linking {LIBRARY_FILE} failed: No space left on device. Nothing was written; "
+                                   "free some space.") from exc
+        raise CompileError(f"Linking {LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
+
+
+def write_artifact(tmp: Path, final: Path, executable: Any, spec: TargetSpec, fcompile: Callable[..., Any] | None,
+                   model: ModelDescription, options: CompileOptions, report: BuildReport, start: float,
+                   ir_text: str | None = None, records: Path | None = None) -> CompileResult:
+    """Fill ``tmp`` (renamed to ``final`` by the caller) and return what the artifact will be."""
+    library = tmp / LIBRARY_FILE
+    t_export = time.perf_counter()
+    link_library(executable, library, spec, fcompile, options.opt_level)
+    report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+    artifact_uuid = options.uuid or str(_uuid.uuid4())
+    if options.encrypt_password is not None:
+        from .. import crypto
+
+        t_encrypt = time.perf_counter()
+        # The library is encrypted in place; the data key, wrapped by the password, goes to modelKey.bin.
+        crypto.encrypt_library(library, library, tmp / KEY_FILE, options.encrypt_password, uuid=artifact_uuid,
+                               fingerprint=model.fingerprint, target=spec.name)
+        report.seconds["encrypt"] = round(time.perf_counter() - t_encrypt, 3)
+    compile_seconds = round(time.perf_counter() - start, 3)
+    sha, size = file_digest(library)  # of the encrypted file when encrypted: what is shipped
+    context = _metadata_context(spec, model, options, artifact_uuid, sha, size, compile_seconds)
+    (tmp / METADATA_FILE).write_text(md.render_metadata(**context))
+    if ir_text is not None:
+        (tmp / IR_FILE).write_text(ir_text)
+    if records is not None:
+        shutil.copytree(records, tmp / records.name)
+    if model.quantization_report is not None:  # per-layer fp32-vs-int8 agreement (forgekit.quantize.report)
+        (tmp / QUANT_REPORT_FILE).write_text(json.dumps(model.quantization_report, indent=2) + "\n")
+    if options.export_metadata:
+        data = {"operators": model.operators, "passes": report.passes, "seconds": report.seconds,
+                "schedule_rules": report.schedule_rules, "tuning": report.tuning}
+        (tmp / REPORT_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    written = json.loads((tmp / METADATA_FILE).read_text())
+    return CompileResult(final, final / LIBRARY_FILE, written, dict(report.schedule_rules or {}))
+
+
+def _metadata_context(spec: TargetSpec, model: ModelDescription, options: CompileOptions, artifact_uuid: str,
+                      sha: str, size: int, compile_seconds: float) -> dict[str, Any]:
+    float16 = options.precision == "float16"
+    return {
+        "uuid": artifact_uuid,
+        "created": md.created_timestamp(),
+        "library": {"file": LIBRARY_FILE, "sha256": sha, "size": size,
+                    "encrypted": options.encrypt_password is not None},
+        "model": {
+            "source": model.source,
+            "hash": model.hash,
+            "fingerprint": model.fingerprint,
+            "precision": "float16" if float16 else model.precision,
+            "quantization": model.quantization,  # None unless the model was quantized (forgekit.quantize)
+            "layout": "NHWC" if options.layout == "last" else "NCHW",
+            "inputs": [t.to_dict() for t in model.inputs],
+            "outputs": [t.to_dict() for t in model.outputs],
+        },
+        "build": {
+            "opt_level": options.opt_level,
+            "float16": float16,
+            "target": spec.target,
+            "host": spec.host_dict,
+            "target_name": spec.name,
+            "family": spec.family,
+            "device": {"os": spec.family_impl.OS, "kind": spec.family_impl.DEVICE},
+            "triple": spec.to_dict()["triple"],
+            "arch": spec.arch,
+            # What the code was tuned for: LLVM CPU name and -mattr features of the CPU code, and the GPU
+            # architecture of the device kernels (None for CPU targets).
+            "cpu": spec.host_dict.get("mcpu"),
+            "features": list(spec.host_dict.get("mattr", [])),
+            # What the running CPU must have (checked by forgekit.runtime before any code runs).
+            "cpu_features": spec.cpu_features(),
+            "gpu_arch": spec.target.get("arch") if spec.is_cuda else None,
+            "toolchain": spec.family_impl.toolchain(spec),
+            "compile_seconds": compile_seconds,
+        },
+        "versions": md.versions(),
+    }

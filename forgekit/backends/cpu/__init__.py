@@ -1,0 +1,110 @@
+"""The CPU backend: forgekit's default schedules for TVM 0.27 Relax modules, applied without measuring.
+
+TVM 0.27's default Relax CPU pipeline fuses operators but never schedules their loops, so its output runs
+10-40x slower than onnxruntime.  This package is the CPU counterpart of ``tvm.s_tir.dlight``: a Relax
+prefix (canonicalization, numpy constant folding, batch-norm folding, NHWC layout: :mod:`forgekit.passes`),
+weights packed at compile time and polynomial ``exp``/``erf``/``tanh`` (:mod:`.packed_conv`, :mod:`.int8`,
+:mod:`.fast_math`), then schedule *rules* (:mod:`.rules`: conv2d, matmul, int8 dot products, pool, row
+reductions, elementwise, a fallback) applied to every fused PrimFunc for the target's vector ISA::
+
+    from forgekit.backends import cpu
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    ex = tvm.compile(mod, target=target, relax_pipeline=cpu.cpu_pipeline(target))
+
+Adding a rule is one file: a :class:`~.rules.base.ScheduleRule` subclass inserted into
+:data:`~.rules.RULES`.  ``FORGEKIT_SCHED_DEBUG=1`` logs the rule chosen for each function.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .registry import RecordQuery
+
+__all__ = ["ApplyRules", "RULES", "STATS", "cpu_pipeline", "fusion_passes", "preprocess"]
+_LAZY = {"ApplyRules": ".registry", "STATS": ".registry", "RULES": ".rules"}
+
+
+def __getattr__(name: str) -> Any:
+    """The rule registry and its pass, loaded (with TVM) on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'forgekit.backends.cpu' has no attribute '{name}'")
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)
+
+
+def _legalize_map(target: Any, fast_math: bool = True, pack_weights: bool = True) -> dict[str, Any]:
+    from ...targets.isa import isa_info
+    from .fast_math import legalize_map
+    from .int8 import make_conv2d_int8_legalize, make_matmul_int8_legalize
+    from .packed_conv import make_conv2d_legalize, make_matmul_legalize
+
+    m: dict[str, Any] = {}
+    if fast_math:
+        m.update(legalize_map())
+    if pack_weights:
+        isa = isa_info(target)
+        # integer conv2d/matmul from forgekit.quantize: VNNI / sdot kernels (see int8.py), float ones packed
+        m["relax.nn.conv2d"] = make_conv2d_int8_legalize(target, make_conv2d_legalize(isa))
+        m["relax.matmul"] = make_matmul_int8_legalize(target, make_matmul_legalize(isa))
+    return m
+
+
+def preprocess(use_nhwc: bool = True) -> Any:
+    """The Relax-level prefix: canonicalize, fold constants (numpy), fold batch-norms, NHWC."""
+    import tvm
+    from tvm import relax
+
+    from ...passes.canonicalize import Canonicalize
+    from ...passes.layout import to_nhwc_or_keep
+    from ...passes.numpy_fold import NumpyFoldConstant
+
+    seq = [Canonicalize, NumpyFoldConstant, relax.transform.FoldBatchnormToConv2D(), NumpyFoldConstant]
+    if use_nhwc:
+        seq += [to_nhwc_or_keep(), NumpyFoldConstant]
+    return tvm.transform.Sequential(seq, name="forgekit.CpuPreprocess")
+
+
+def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True) -> list[Any]:
+    """The pipeline up to fused, unscheduled PrimFuncs (what the rules and the tuner see)."""
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+    T = relax.transform
+    return [
+        *cpu_generic.library_dispatch_passes(target),
+        preprocess(use_nhwc),
+        T.LegalizeOps(_legalize_map(target, fast_math, pack_weights)),
+        T.AnnotateTIROpPattern(),
+        T.FoldConstant(),
+        T.FuseOps(),
+        T.FuseTIR(),
+    ]
+
+
+def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True,
+                 database: RecordQuery | None = None) -> Any:
+    """A Relax pipeline (a ``tvm.transform.Pass``) for ``tvm.compile(..., relax_pipeline=...)``.
+
+    Relax prefix -> legalize + fuse -> schedule rules on every fused PrimFunc (or the best tuning record in
+    ``database``) -> the stock Relax CPU lowering passes.
+    """
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+    from .registry import ApplyRules
+
+    @tvm.transform.module_pass(opt_level=0, name="forgekit.CpuPipeline")
+    def _pipeline(mod: Any, _ctx: Any) -> Any:
+        tgt = target or tvm.target.Target.current(allow_none=False)
+        seq = tvm.transform.Sequential([
+            *fusion_passes(tgt, use_nhwc, fast_math, pack_weights),
+            ApplyRules(tgt, database=database),
+            *cpu_generic.dataflow_lower_passes(tgt),
+            *cpu_generic.finalize_passes(tgt),
+        ])
+        with tgt:
+            return seq(mod)
+
+    return _pipeline

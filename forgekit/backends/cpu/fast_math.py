@@ -1,0 +1,49 @@
+"""Custom legalizations: vectorizable polynomial exp / erf / tanh (topi.fast_*) instead of scalar
+libm calls, and a softmax built from them.  `erf` in the BERT GELU epilogue was 8x the cost of the
+matmul it is fused into before this (libm erff is a scalar call that blocks vectorization)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tvm import topi
+from tvm.relax.transform.legalize_ops.common import register_legalize  # noqa: F401  (doc link)
+
+
+def _default(bb: Any, call: Any) -> Any:
+    """Fall back to the op's stock legalization."""
+    import tvm
+    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
+def _unary(fn: Callable[..., Any], name: str) -> Callable[[Any, Any], Any]:
+    def _legalize(bb: Any, call: Any) -> Any:
+        if str(call.args[0].ty.dtype) != "float32":
+            return _default(bb, call)
+        return bb.call_te(fn, call.args[0], primfunc_name_hint=name)
+    return _legalize
+
+
+def _softmax(bb: Any, call: Any) -> Any:
+    x = call.args[0]
+    if str(x.ty.dtype) != "float32":
+        return _default(bb, call)
+    ndim = len(x.ty.shape.values)
+    axis = int(call.attrs.axis)
+    axis = axis + ndim if axis < 0 else axis
+
+    def f(data: Any) -> Any:
+        m = topi.max(data, axis=axis, keepdims=True)
+        e = topi.fast_exp(topi.subtract(data, m))
+        s = topi.sum(e, axis=axis, keepdims=True)
+        return topi.divide(e, s)
+    return bb.call_te(f, x, primfunc_name_hint="softmax")
+
+
+def legalize_map() -> dict[str, Callable[[Any, Any], Any]]:
+    return {
+        "relax.erf": _unary(topi.fast_erf, "erf"),
+        "relax.exp": _unary(topi.fast_exp, "exp"),
+        "relax.tanh": _unary(topi.fast_tanh, "tanh"),
+        "relax.nn.softmax": _softmax,
+    }

@@ -1,0 +1,251 @@
+"""Integer conv2d/matmul (int8/uint8 data x int8 constant weights -> int32) for dot-product CPUs.
+
+Two instructions multiply 4 bytes by 4 bytes and add the 4 products to an int32 lane:
+
+* x86 AVX512-VNNI ``vpdpbusd``: *unsigned* data x *signed* weights, 16 lanes (64 multiply-adds, 4x an
+  fp32 FMA);
+* ARMv8.2 dot product ``sdot``: signed x signed, 4 lanes of a NEON register (16 multiply-adds, 4x an
+  fp32 FMA).
+
+To use them the legalizations below
+
+* pad the data in NHWC (conv: spatial padding and channels to a multiple of 4; matmul: K) and shift it
+  into the signedness the instruction wants (int8 data + 128 for VNNI, uint8 data - 128 for sdot; padding
+  becomes the shifted zero; the error this adds, ``offset * sum(W)`` per output channel, is a constant
+  subtracted in the epilogue);
+* pack the constant weights at compile time as ``[OC/L, KH, KW, IC/4, L, 4]`` (``[N/L, K/4, L, 4]``)
+  for ``L`` lanes, so one vector load feeds one instruction;
+* compute ``acc[.., oc] += x[.., 4c + i] * w[oc/L, .., c, oc%L, i]`` with the 4-element reduction
+  innermost, which :class:`rules.gemm_int8.GemmInt8Rule` tensorizes into the instruction.
+
+Without a dot-product instruction (and for grouped convolutions) the stock integer legalization runs:
+exact, not faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from ...targets.isa import isa_info
+from .packed_conv import (  # shared legalization helpers
+    Legalize,
+    _const_value,
+    _default,
+    _ints,
+    conv_geometry,
+    exact_in_fp32,
+)
+
+if TYPE_CHECKING:
+    from ...targets.isa import IsaInfo
+
+RED = 4      # bytes reduced into one int32 lane by one instruction
+INT8_TYPES = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class DotKernel:
+    """One integer dot-product instruction as the int8 kernels use it."""
+
+    key: str            # IsaInfo.dot
+    rule: str           # schedule rule name (compile reports, STATS)
+    lanes: int          # int32 accumulator lanes of one instruction
+    data_dtype: str     # signedness the instruction wants for the data operand (weights are int8)
+    llvm_intrin: str    # the LLVM intrinsic
+
+    def register(self) -> str:
+        """Register the kernel's tensor intrinsic (once) and return its name."""
+        return register_dot_intrin(f"forgekit_dot_{self.lanes}x4_{self.key}", self.lanes, self.data_dtype,
+                                   self.llvm_intrin)
+
+    def shift(self, x_dtype: str) -> int:
+        """What to add to ``x_dtype`` data to bring it into :attr:`data_dtype` (padding: the same value,
+        the shifted zero)."""
+        if x_dtype == self.data_dtype:
+            return 0
+        return 128 if self.data_dtype == "uint8" else -128
+
+
+def has_vnni(target: Any) -> bool:
+    """Whether an llvm target has AVX512-VNNI (``vpdpbusd``)."""
+    return isa_info(target).dot == "vnni"
+
+
+def dot_kernel(tinfo: IsaInfo) -> DotKernel | None:
+    """The :class:`DotKernel` of a :class:`~forgekit.targets.isa.IsaInfo`, or None."""
+    return KERNELS.get(tinfo.dot)
+
+
+def _ceil(a: int, b: int) -> int:
+    return (a + b - 1) // b * b
+
+
+def is_int8_call(call: Any) -> bool:
+    """An integer conv2d/matmul the int8 legalizations handle (int8/uint8 data, int8 constant weight)."""
+    if len(call.args) != 2 or str(call.attrs.out_dtype) != "int32":
+        return False
+    data, weight = call.args
+    return (str(data.ty.dtype) in INT8_TYPES and _const_value(weight) is not None
+            and str(weight.ty.dtype) == "int8")
+
+
+def _stage_name(dtype: str) -> str:
+    return "data_u8" if dtype == "uint8" else "data_s8"
+
+
+def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
+    """conv2d legalization: the dot-product kernel for int8 NHWC/HWIO convolutions, ``fallback`` otherwise."""
+    kernel = dot_kernel(isa_info(target))
+
+    def _legalize(bb: Any, call: Any) -> Any:
+        if not is_int8_call(call):
+            return fallback(bb, call)
+        a = call.attrs
+        if exact_in_fp32(call, _const_value(call.args[1])) and (kernel is None or int(a.groups) != 1):
+            # depthwise (and everything without a dot product) that fp32 computes exactly: the fp32 kernel
+            return fallback(bb, call)
+        if (kernel is None or a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"
+                or int(a.groups) != 1):
+            return _default(bb, call)
+        data, weight = call.args
+        try:
+            n, h, wd, ic = _ints(data.ty.shape.values)
+        except Exception:  # pylint: disable=broad-except  (symbolic dims)
+            return _default(bb, call)
+        w = _const_value(weight).astype(np.int32)
+        kh, kw, _, oc = w.shape
+        (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
+        lanes = kernel.lanes
+        icp, ocp = _ceil(ic, RED), _ceil(oc, lanes)
+        wpad = np.zeros((kh, kw, icp, ocp), np.int8)
+        wpad[:, :, :ic, :oc] = w
+        packed = np.ascontiguousarray(
+            wpad.reshape(kh, kw, icp // RED, RED, ocp // lanes, lanes).transpose(4, 0, 1, 2, 5, 3))
+        offset, xd = kernel.shift(str(data.ty.dtype)), kernel.data_dtype
+        comp = (offset * w.sum(axis=(0, 1, 2))).astype(np.int32)  # what the +offset adds per output channel
+
+        def f(x: Any, wp: Any, cmp: Any) -> Any:
+            def shifted(b: Any, y: Any, xx: Any, c: Any) -> Any:
+                inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
+                v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
+                v = (v.astype("int32") + offset).astype(xd)
+                return tvm.tirx.Select(inside, v, tvm.tirx.const(offset, xd))
+            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name=_stage_name(xd))
+            ry = te.reduce_axis((0, kh), "ry")
+            rx = te.reduce_axis((0, kw), "rx")
+            rc = te.reduce_axis((0, icp // RED), "rc")
+            ri = te.reduce_axis((0, RED), "ri")
+            acc = te.compute(
+                (n, oh, ow, ocp),
+                lambda b, y, xx, ff: te.sum(
+                    xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri].astype("int32")
+                    * wp[ff // lanes, ry, rx, rc, ff % lanes, ri].astype("int32"), axis=[ry, rx, rc, ri]),
+                name="conv2d_nhwc_int8")
+            return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
+        return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
+    return _legalize
+
+
+def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
+    """matmul legalization: the dot-product kernel for ``x[..., K] @ W[K, N]`` with int8 constant ``W``."""
+    kernel = dot_kernel(isa_info(target))
+
+    def _legalize(bb: Any, call: Any) -> Any:
+        if not is_int8_call(call):
+            return fallback(bb, call)
+        x, weight = call.args
+        w = _const_value(weight)
+        if kernel is None or w.ndim != 2 or x.ty.shape is None:
+            return _default(bb, call)
+        xs_shape = list(x.ty.shape.values)
+        try:
+            k = int(xs_shape[-1])
+        except Exception:  # pylint: disable=broad-except
+            return _default(bb, call)
+        nn = w.shape[1]
+        lanes = kernel.lanes
+        kp, npad = _ceil(k, RED), _ceil(nn, lanes)
+        wpad = np.zeros((kp, npad), np.int8)
+        wpad[:k, :nn] = w
+        packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // lanes, lanes).transpose(2, 0, 3, 1))
+        offset, xd = kernel.shift(str(x.ty.dtype)), kernel.data_dtype
+        comp = (offset * w.astype(np.int32).sum(axis=0)).astype(np.int32)
+        lead = xs_shape[:-1]
+
+        def f(a: Any, wp: Any, cmp: Any) -> Any:
+            def shifted(*i: Any) -> Any:
+                v = (a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))].astype("int32") + offset).astype(xd)
+                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(offset, xd))
+            xs = te.compute((*lead, kp), shifted, name=_stage_name(xd))
+            r = te.reduce_axis((0, kp // RED), "rk")
+            ri = te.reduce_axis((0, RED), "ri")
+            acc = te.compute(
+                (*lead, npad),
+                lambda *i: te.sum(xs[(*i[:-1], r * RED + ri)].astype("int32")
+                                  * wp[i[-1] // lanes, r, i[-1] % lanes, ri].astype("int32"), axis=[r, ri]),
+                name="matmul_int8")
+            return te.compute((*lead, nn), lambda *i: acc(*i) - cmp[i[-1]], name="T_int8_fixup")
+        return bb.call_te(f, x, relax.const(packed), relax.const(comp), primfunc_name_hint="matmul_int8")
+    return _legalize
+
+
+# ---------------------------------------------------------------- the tensor intrinsics
+def register_dot_intrin(name: str, lanes: int, data_dtype: str, llvm_intrin: str) -> str:
+    """Register ``C[lanes] += sum_k A[k] * B[lanes, k]`` (``k`` < 4; A ``data_dtype``, B int8, C int32) as
+    one call of the LLVM intrinsic ``llvm_intrin`` with the 4 data bytes broadcast to every lane.  TVM has
+    the same intrinsics (``dot_16x4_vnni``, ``dot_4x4_i8i8s32_sdot``) in ``tvm.s_tir.tensor_intrin``, whose
+    import also loads every CUDA intrinsic (~30 s); its VNNI copy also passes ``<16 x i32>`` operands, which
+    LLVM >= 20's ``(<16 x i32>, <64 x i8>, <64 x i8>)`` signature rejects."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    try:
+        TensorIntrin.get(name)
+        return name
+    except Exception:  # pylint: disable=broad-except
+        pass
+    acc, vec = f"int32x{lanes}", f"int8x{lanes * 4}"
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4,), data_dtype, offset_factor=1), B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4,), data_dtype, offset_factor=1), B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.writes(C[0:lanes])
+            # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
+            # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
+            C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id(llvm_intrin),
+                C.vload([0], dtype=acc),
+                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], f"{data_dtype}x4"), dtype="int32"), lanes), dtype=vec),
+                B.vload([0, 0], dtype=vec), dtype=acc)
+
+    # the accumulator is a default-scope buffer under 1 KiB (see rules.common.acc_scope): tensorize
+    # compares storage scopes, so the schedule must give the tile exactly this scope
+    TensorIntrin.register(name, desc, impl)
+    return name
+
+
+#: x86 AVX512-VNNI: u8 x s8, 16 lanes of a zmm register
+VNNI = DotKernel("vnni", "gemm_int8_vnni", 16, "uint8", "llvm.x86.avx512.vpdpbusd.512")
+#: ARMv8.2 dot product: s8 x s8, 4 lanes of a NEON register (the broadcast becomes one ld1r)
+SDOT = DotKernel("sdot", "gemm_int8_sdot", 4, "int8", "llvm.aarch64.neon.sdot.v4i32.v16i8")
+#: IsaInfo.dot -> kernel
+KERNELS = {k.key: k for k in (VNNI, SDOT)}

@@ -1,0 +1,169 @@
+"""Legalize NHWC conv2d (and matmul with a constant [K, N] weight) against weights pre-packed
+at compile time so the micro-kernel streams them contiguously.
+
+conv2d: HWIO [KH, KW, IC/g, OC] -> [OC/vt, KH, KW, IC/g, vt], vt = the vector tile the conv rule
+will pick (same `choose_tiles`), so for each output-channel tile the whole reduction reads one
+contiguous panel (HWIO with OC=512 walks the weights with a 2 KiB stride, which aliases in L1).
+matmul: [K, N] -> [N/vt, K, vt] likewise.  Packing is numpy on the constant, no TIR JIT.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import tvm
+from tvm import relax, te, topi
+
+from .tiling import choose_tiles
+
+if TYPE_CHECKING:
+    from ...targets.isa import IsaInfo
+
+#: a LegalizeOps function: (BlockBuilder, call) -> the call's lowered form
+Legalize = Callable[[Any, Any], Any]
+
+
+def _const_value(e: Any) -> np.ndarray | None:
+    if isinstance(e, tvm.ir.expr.Constant):
+        v = e.value
+        return v.numpy() if hasattr(v, "numpy") else None
+    return None
+
+
+def _default(bb: Any, call: Any) -> Any:
+    """Fall back to the op's stock legalization."""
+    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
+def _ints(x: Any) -> list[int]:
+    return [int(v) for v in x]
+
+
+def conv_geometry(attrs: Any, h: int, w: int, kh: int,
+                  kw: int) -> tuple[list[int], list[int], list[int], tuple[int, int]]:
+    """(strides, dilation, padding top/left/bottom/right, output height and width) of a conv2d's attributes."""
+    sh, sw = _ints(attrs.strides)
+    dh, dw = _ints(attrs.dilation)
+    pt, pl, pb, pr = _ints(attrs.padding)
+    return [sh, sw], [dh, dw], [pt, pl, pb, pr], ((h + pt + pb - dh * (kh - 1) - 1) // sh + 1,
+                                                  (w + pl + pr - dw * (kw - 1) - 1) // sw + 1)
+
+
+#: fp32 holds every integer up to 2**24 exactly: an int8/uint8 x int8 convolution whose reduction is
+#: short enough (|sum| <= K * 128 * 255) computes exactly in fp32, on the fast fp32 kernels
+_FP32_EXACT = 2 ** 24
+
+
+def exact_in_fp32(call: Any, w: np.ndarray) -> bool:
+    """Whether the integer conv2d ``call`` (int8/uint8 data, int8 constant weight ``w``, int32 out) can
+    run in fp32 without rounding: every partial sum stays below 2**24."""
+    data = call.args[0]
+    if str(data.ty.dtype) not in ("int8", "uint8") or str(call.attrs.out_dtype) != "int32":
+        return False
+    if w is None or str(w.dtype) != "int8":
+        return False
+    kh, kw, icg, _ = w.shape
+    return kh * kw * icg * 128 * 255 < _FP32_EXACT
+
+
+def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
+    def _legalize(bb: Any, call: Any) -> Any:
+        a = call.attrs
+        data, weight = call.args
+        w = _const_value(weight)
+        if a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC":
+            return _default(bb, call)
+        # integer convolutions that fp32 computes exactly (depthwise int8: 9 taps) take the fp32
+        # kernel: exact, and 2x the stock integer schedule (no integer FMA without VNNI dot products)
+        int_exact = exact_in_fp32(call, w)
+        if not int_exact and str(a.out_dtype) not in ("", "None", "void", "float32"):
+            return _default(bb, call)
+        if w is None or (str(data.ty.dtype) != "float32" and not int_exact) or data.ty.shape is None:
+            return _default(bb, call)
+        if int_exact:
+            w = w.astype(np.float32)
+        try:
+            n, h, wd, ic = _ints(data.ty.shape.values)
+        except Exception:  # pylint: disable=broad-except
+            return _default(bb, call)
+        kh, kw, icg, oc = w.shape
+        groups = int(a.groups)
+        (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
+        lanes = tinfo.vec_lanes
+        ocp = oc
+        if groups == 1 and oc % lanes and oc > lanes:
+            # e.g. 1000 classes: compute 1008 channels with zero weights, slice in the epilogue,
+            # so the micro-kernel keeps full-width vectors
+            ocp = (oc + lanes - 1) // lanes * lanes
+            w = np.concatenate([w, np.zeros((kh, kw, icg, ocp - oc), w.dtype)], axis=3)
+        vt, _ = choose_tiles(ocp, ow, tinfo)
+        if ocp % vt:
+            return _default(bb, call)
+        packed = np.ascontiguousarray(
+            w.reshape(kh, kw, icg, ocp // vt, vt).transpose(3, 0, 1, 2, 4))
+        ocg = oc // groups
+
+        def f(x: Any, wp: Any) -> Any:
+            if pt or pl or pb or pr:
+                x = topi.nn.pad(x, [0, pt, pl, 0], [0, pb, pr, 0], name="pad_temp")
+            ry = te.reduce_axis((0, kh), "ry")
+            rx = te.reduce_axis((0, kw), "rx")
+            rc = te.reduce_axis((0, icg), "rc")
+            if groups == 1:
+                cidx = lambda ff, c: c  # noqa: E731
+            else:
+                cidx = lambda ff, c: ff // ocg * icg + c  # noqa: E731
+            out = te.compute(
+                (n, oh, ow, ocp),
+                lambda b, y, xx, ff: te.sum(
+                    x[b, y * sh + ry * dh, xx * sw + rx * dw, cidx(ff, rc)].astype("float32")
+                    * wp[ff // vt, ry, rx, rc, ff % vt], axis=[ry, rx, rc]),
+                name="conv2d_nhwc")
+            if ocp != oc:
+                out = te.compute((n, oh, ow, oc), lambda *i: out(*i), name="T_slice_oc")
+            if int_exact:
+                out = te.compute((n, oh, ow, oc), lambda *i: out(*i).astype("int32"), name="T_exact_int")
+            return out
+        return bb.call_te(f, data, relax.const(packed), primfunc_name_hint="conv2d")
+    return _legalize
+
+
+def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
+    def _legalize(bb: Any, call: Any) -> Any:
+        x, weight = call.args
+        w = _const_value(weight)
+        if w is None or w.ndim != 2 or str(x.ty.dtype) != "float32" or x.ty.shape is None:
+            return _default(bb, call)
+        if str(call.attrs.out_dtype) not in ("", "None", "void", "float32"):
+            return _default(bb, call)
+        xs = list(x.ty.shape.values)
+        if len(xs) < 2:
+            return _default(bb, call)
+        try:
+            xs[-2:] = _ints(xs[-2:])  # leading (batch) dims may stay symbolic
+        except Exception:  # pylint: disable=broad-except
+            return _default(bb, call)
+        k, nn = w.shape
+        lanes = tinfo.vec_lanes
+        npad = nn
+        if nn % lanes and nn > lanes:  # e.g. 1000 classes -> 1008, sliced in the epilogue
+            npad = (nn + lanes - 1) // lanes * lanes
+            w = np.concatenate([w, np.zeros((k, npad - nn), w.dtype)], axis=1)
+        vt, _ = choose_tiles(npad, xs[-2], tinfo)
+        if npad % vt or vt == npad:
+            return _default(bb, call)
+        packed = np.ascontiguousarray(w.reshape(k, npad // vt, vt).transpose(1, 0, 2))
+        lead = xs[:-1]
+
+        def f(a: Any, bp: Any) -> Any:
+            r = te.reduce_axis((0, k), "k")
+            out = te.compute(
+                (*lead, npad),
+                lambda *i: te.sum(a[(*i[:-1], r)] * bp[i[-1] // vt, r, i[-1] % vt], axis=[r]),
+                name="matmul")
+            if npad != nn:
+                out = te.compute((*lead, nn), lambda *i: out(*i), name="T_slice_n")
+            return out
+        return bb.call_te(f, x, relax.const(packed), primfunc_name_hint="matmul")
+    return _legalize

@@ -1,0 +1,79 @@
+"""The pass that applies the rule registry to every PrimFunc of an IRModule."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol, Sequence
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.ir.transform import module_pass
+from tvm.target import Target
+
+from ...targets.isa import isa_info
+from .rules import RULES
+from .rules.base import ScheduleRule
+
+log = logging.getLogger("forgekit.schedules")
+#: fused function name -> rule that scheduled it (last run), for compile reports
+STATS: dict[str, str] = {}
+
+
+class RecordQuery(Protocol):
+    """Tuning records (:class:`forgekit.tuning.RecordSet`): a kernel with a record is scheduled by
+    re-applying its best measured knobs instead of the default rule."""
+
+    def query(self, func: Any, target: Any) -> Any: ...
+
+
+@module_pass(opt_level=0, name="forgekit.ApplyScheduleRules")
+class ApplyRules:
+    """Schedule every unscheduled PrimFunc with the first rule that matches it (``FORGEKIT_SCHED_DEBUG=1``
+    logs each choice, and each failing rule's error, on the ``forgekit.schedules`` logger)."""
+
+    def __init__(self, target: Target | None = None, rules: Sequence[ScheduleRule] | None = None,
+                 database: RecordQuery | None = None) -> None:
+        self.target = target
+        self.rules = list(rules) if rules is not None else RULES
+        self.database = database
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+        target = self.target or Target.current(allow_none=False)
+        isa = isa_info(target)
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc):
+                continue
+            if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+                continue
+            if self.database is not None:
+                tuned = self.database.query(func, target)
+                if tuned is not None:
+                    STATS[gv.name_hint] = "tuned"
+                    updates[gv] = tuned.with_attr("tirx.is_scheduled", True)
+                    continue
+            scheduled = self._schedule(gv.name_hint, func, isa)
+            if scheduled is not None:
+                updates[gv] = scheduled
+        mod = mod.clone()  # never mutate the caller's module
+        for gv, f in updates.items():
+            mod[gv] = f
+        return mod
+
+    def _schedule(self, name: str, func: tirx.PrimFunc, isa: Any) -> tirx.PrimFunc | None:
+        for rule in self.rules:
+            # A fresh copy per attempt: schedule primitives may update the function in place, and a rule
+            # that fails half-way must not leave the next rule a half-scheduled function.
+            sch = s_tir.Schedule(tvm.ir.load_json(tvm.ir.save_json(func)))
+            try:
+                match = rule.matches(sch, isa)
+                if match is None:
+                    continue
+                rule.apply(sch, match, isa)
+            except Exception as exc:  # noqa: BLE001 - a rule that cannot handle a kernel: try the next one
+                log.debug("%s: rule %s failed: %s", name, rule.name, exc, exc_info=log.isEnabledFor(logging.DEBUG - 1))
+                continue
+            STATS[name] = rule.name
+            log.debug("%s: %s", name, rule.name)
+            return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+        return None

@@ -1,0 +1,198 @@
+"""Shared schedule helpers used by the rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm_ffi
+from tvm import tirx
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+from ..tiling import STACK_BYTES, acc_scope, best_divisor, divisors, stack_budget  # noqa: F401 - re-exported
+
+
+def ext(sch: Schedule, loop: LoopRV) -> int | None:
+    """Static extent of a loop (None when symbolic)."""
+    e = sch.get(loop).extent
+    return int(e) if isinstance(e, tirx.IntImm) else None
+
+
+def blocks_of(sch: Schedule) -> list[SBlockRV]:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def iter_kinds(sch: Schedule, block: SBlockRV) -> str:
+    return "".join({tirx.IterVar.DataPar: "S", tirx.IterVar.CommReduce: "R"}.get(i.iter_type, "O")
+                   for i in sch.get(block).iter_vars)
+
+
+def is_reduction(sch: Schedule, block: SBlockRV) -> bool:
+    return "R" in iter_kinds(sch, block)
+
+
+def is_output_block(sch: Schedule, block: SBlockRV) -> bool:
+    outs = sch.get_output_blocks(sch.get_sblock("root"))
+    return any(sch.get(o).same_as(sch.get(block)) for o in outs)
+
+
+def loops_match_iters(sch: Schedule, block: SBlockRV) -> bool:
+    """True when the block's loops bind its iter vars 1:1 in order (fresh legalized TIR).
+    Extents may be symbolic (dynamic batch); rules check the extents they tile themselves."""
+    loops = sch.get_loops(block)
+    b = sch.get(block)
+    if len(loops) != len(b.iter_vars):
+        return False
+    return True
+
+
+def vectorize_inner(sch: Schedule, block: SBlockRV, lanes: int, max_vec: int | None = None) -> None:
+    """Vectorize (part of) the innermost loop of `block` if the extent allows it."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    inner = loops[-1]
+    # After compute_at/reverse_compute_at the block's innermost loop may be a shared outer loop
+    # (e.g. the fused loop of a reduction and its epilogue). Vectorizing that loop would vectorize
+    # the sibling's serial reduction too, which TVM lowers to wrong code: only vectorize a loop
+    # that holds this block alone.
+    if len(sch.get_child_blocks(inner)) != 1:
+        return
+    e = ext(sch, inner)
+    if e is None or e <= 1:
+        return
+    if e % lanes == 0 and e > lanes:
+        _, vi = sch.split(inner, [None, lanes])
+        sch.vectorize(vi)
+    elif e <= lanes * 4:
+        sch.vectorize(inner)
+    else:
+        d = best_divisor(e, lanes)
+        if d > 1:
+            _, vi = sch.split(inner, [None, d])
+            sch.vectorize(vi)
+
+
+# Below this many output elements a kernel runs single-threaded: a parallel region costs a
+# fork/join (a few us, much more when the machine is oversubscribed and a worker is descheduled).
+MIN_PARALLEL_ELEMS = 16384
+
+
+def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 2) -> None:
+    """Parallelize+vectorize a spatial (injective) block: fuse all loops, vectorize inner lanes,
+    parallel over the rest."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    exts = [ext(sch, l) for l in loops]
+    if any(e is None for e in exts):
+        # symbolic: just parallelize the outermost loop
+        sch.parallel(loops[0])
+        return
+    inner_e = exts[-1]
+    total0 = 1
+    for e in exts:
+        total0 *= e
+    if total0 < MIN_PARALLEL_ELEMS:
+        min_par = 1 << 62
+    # split the innermost axis first so vector lanes index it as a clean ramp (fusing first gives
+    # floormod(fused*16 + lane, C), which defeats vector loads); when it is not a multiple of the lanes
+    # (e.g. 24 channels with 16 lanes) use 8- or 4-lane vectors over it: vectorizing the fused index
+    # instead turns every per-channel operand (scale, bias) into a 16-lane gather (10x slower)
+    width = lanes if inner_e % lanes == 0 else next(
+        (d for d in (lanes // 2, lanes // 4) if inner_e > lanes and d >= 4 and inner_e % d == 0), None)
+    if width:
+        c_o, vi = sch.split(loops[-1], [None, width])
+        o = sch.fuse(*loops[:-1], c_o) if len(loops) > 1 else c_o
+        sch.vectorize(vi)
+        if ext(sch, o) >= min_par:
+            sch.parallel(o)
+        return
+    total = 1
+    for e in exts:
+        total *= e
+    if total < MIN_PARALLEL_ELEMS:
+        min_par = 1 << 62
+    if inner_e < lanes and len(loops) >= 3 and total >= MIN_PARALLEL_ELEMS:
+        # tiny innermost axis (e.g. NCHW->NHWC input transpose with C=3): vectorizing the fused
+        # index gives div/mod gathers; keep plain loops, unroll the small axis, parallel outside
+        outer = sch.fuse(*loops[:-2]) if len(loops) > 3 else loops[0]
+        sch.unroll(loops[-1])
+        if ext(sch, outer) >= 2:
+            sch.parallel(outer)
+        return
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    if total % lanes == 0 and total >= lanes * 2:
+        o, vi = sch.split(fused, [None, lanes])
+        sch.vectorize(vi)
+        sch.parallel(o)
+    elif total >= min_par:
+        sch.parallel(fused)
+
+
+def _attempt(primitive: Any, block: SBlockRV) -> bool:
+    """Apply a schedule primitive that may legitimately not apply; whether it did."""
+    try:
+        primitive(block)
+        return True
+    except Exception:  # noqa: BLE001 - TVM's ScheduleError and friends: "not applicable here"
+        return False
+
+
+def try_inline(sch: Schedule, block: SBlockRV) -> bool:
+    return _attempt(sch.compute_inline, block)
+
+
+def try_reverse_inline(sch: Schedule, block: SBlockRV) -> bool:
+    return _attempt(sch.reverse_compute_inline, block)
+
+
+
+
+
+
+def _numel(shape: Any) -> int | None:
+    n = 1
+    for d in shape:
+        if not isinstance(d, tirx.IntImm):
+            return None
+        n *= int(d)
+    return n
+
+
+def epilogue_covers(sch: Schedule, main: SBlockRV, last: SBlockRV) -> bool:
+    """Whether ``reverse_compute_at(last, <a tile loop of main>)`` computes *every* element of ``last``.
+
+    TVM computes, per tile, the elements of ``last`` that read the tile; an element that reads none of
+    ``main`` (a Pad's border, the other half of a Concat) is never computed and the output holds garbage
+    (forgekit.testing found it: MatMul -> Pad, tests/assets/fuzz/matmul_pad_epilogue_wrong_o3.onnx).  True
+    for an output of ``main``'s shape, or a smaller one (a slice, a transpose) read without a condition."""
+    produced, written = sch.get(main).writes[0].source, sch.get(last).writes[0].source
+    if len(produced.shape) == len(written.shape) and all(
+            tvm_ffi.structural_equal(a, b) for a, b in zip(produced.shape, written.shape)):
+        return True
+    text = sch.get(last).script() if hasattr(sch.get(last), "script") else str(sch.get(last))
+    if "if_then_else" in text or "Select" in text:
+        return False
+    n_in, n_out = _numel(produced.shape), _numel(written.shape)
+    return n_in is not None and n_out is not None and n_out <= n_in
+
+
+def attach_epilogue(sch: Schedule, main: SBlockRV, consumers: list[SBlockRV], outer: LoopRV, scope: str,
+                    lanes: int) -> None:
+    """Inline the elementwise chain after ``main`` into its last block and compute that per tile of
+    ``outer`` (``main``'s result then lives in ``scope``: registers/stack); when the last block does not
+    cover its output from the tiles (:func:`epilogue_covers`) it runs after the tiles as its own loop nest."""
+    for c in consumers[:-1]:
+        sch.compute_inline(c)
+    last = consumers[-1] if consumers else None
+    if last is not None and epilogue_covers(sch, main, last):
+        sch.set_scope(main, 0, scope)
+        sch.reverse_compute_at(last, outer, preserve_unit_loops=False)
+        vectorize_inner(sch, last, lanes)
+        return
+    wb = sch.cache_write(main, 0, scope)
+    sch.reverse_compute_at(wb, outer, preserve_unit_loops=False)
+    vectorize_inner(sch, wb, lanes)
+    if last is not None:
+        parallel_spatial(sch, last, lanes)

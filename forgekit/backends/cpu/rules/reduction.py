@@ -1,0 +1,88 @@
+"""Row reductions: softmax, layer_norm, mean/sum over the innermost axis, fused epilogues.
+
+Every block in the function reduces over (or maps along) the innermost axis of the same rows.
+Schedule (as dlight.cpu.Reduction does): inline elementwise producers, fuse the leading row loops
+of the output block and parallelize them, compute every other block at that row loop so one row
+stays in L1 across max / exp-sum / normalize, and vectorize the spatial inner loops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
+
+from .base import ScheduleRule
+from .common import (
+    blocks_of,
+    ext,
+    is_output_block,
+    is_reduction,
+    iter_kinds,
+    try_inline,
+    vectorize_inner,
+)
+
+if TYPE_CHECKING:
+    from ....targets.isa import IsaInfo
+
+
+class ReductionRule(ScheduleRule):
+    name = "reduction"
+
+    def matches(self, sch: Schedule, tinfo: IsaInfo) -> SBlockRV | None:
+        blocks = blocks_of(sch)
+        red = [b for b in blocks if is_reduction(sch, b)]
+        if not red:
+            return None
+        for b in red:
+            k = iter_kinds(sch, b)
+            ns = k.count("S")
+            if k != "S" * ns + "R" * (len(k) - ns):
+                return None
+        return red
+
+    def apply(self, sch: Schedule, red: SBlockRV, tinfo: IsaInfo, knobs: dict[str, Any] | None = None) -> Schedule:
+        lanes = tinfo.vec_lanes
+        for b in blocks_of(sch):
+            if not is_reduction(sch, b) and not is_output_block(sch, b):
+                try_inline(sch, b)
+        # vectorize row reductions: k -> (ko, ki=lanes), rfactor ki into a lanes-wide partial
+        # accumulator (vector max/sum), then a short serial reduction of the lanes
+        rf_blocks = []
+        for name in [sch.get(b).name_hint for b in blocks_of(sch) if is_reduction(sch, b)]:
+            b = sch.get_sblock(name)
+            if is_output_block(sch, b):
+                continue
+            k = sch.get_loops(b)[-1]
+            e = ext(sch, k)
+            if iter_kinds(sch, b)[-1] != "R" or e is None or e % lanes or e < 2 * lanes:
+                continue
+            _, ki = sch.split(k, [None, lanes])
+            rf_blocks.append(sch.rfactor(ki, factor_axis=0))
+        blocks = blocks_of(sch)
+        out = blocks[-1]
+        loops = sch.get_loops(out)
+        k = iter_kinds(sch, out)
+        nlead = len(loops) - 1 if not is_reduction(sch, out) else k.count("S")
+        if nlead < 1:
+            raise ValueError("no row loop")
+        row = sch.fuse(*loops[:nlead]) if nlead > 1 else loops[0]
+        for b in reversed(blocks[:-1]):
+            sch.compute_at(b, row, preserve_unit_loops=True)
+        if ext(sch, row) is None or ext(sch, row) > 1:
+            sch.parallel(row)
+        for rf in rf_blocks:
+            # compute_at regenerates loops in block-iter order: (ki, ..., ko); put ki innermost
+            lps = sch.get_loops(rf)[1:]
+            ko = lps[-1]
+            ki = [l for l in lps[:-1] if ext(sch, l) == lanes][0]
+            sch.reorder(ko, ki)
+            sch.vectorize(ki)
+            init = sch.decompose_reduction(rf, ko)
+            sch.vectorize(sch.get_loops(init)[-1])
+        for b in blocks_of(sch):
+            if not is_reduction(sch, b) and not sch.get(b).name_hint.endswith("_init"):
+                vectorize_inner(sch, b, lanes)
+        return sch

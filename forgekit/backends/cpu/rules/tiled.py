@@ -1,0 +1,244 @@
+"""Register-tiled multiply-accumulate micro-kernel shared by the conv2d and matmul rules.
+
+A "gemm-like" block is a reduction block ``C[..., r, v] += A[...] * B[...]`` whose output's
+innermost index ``v`` is a spatial iterator (output channels for NHWC conv, N for matmul) and whose
+second-innermost index ``r`` is another spatial iterator (output width for NHWC conv, M for
+matmul).  The schedule is the classic CPU GEMM micro-kernel:
+
+    parallel for (v_o, <other spatial>, r_o):          # fused, one task per output tile
+        acc[rt][vt] = 0                                 # 'local' scope -> registers
+        for <reduction loops>:                          # conv: kh, kw, ic   matmul: k
+            for r_i in unroll(rt):
+                for v_n in unroll(vt / lanes):
+                    acc[r_i][v_n*lanes:(v_n+1)*lanes] += bcast(A) * vload(B)   # one FMA
+        epilogue (bias / relu / residual add / ...), vectorized, written straight to the output
+
+with ``rt * vt / lanes`` accumulators sized to the register file of the target (AVX-512: 32 zmm,
+AVX2: 16 ymm, NEON: 32 q).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import tvm
+from tvm import tirx
+from tvm.ir import TensorLoad as _BufferLoad
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
+
+from ..tiling import choose_tiles
+from .common import (
+    acc_scope,
+    attach_epilogue,
+    blocks_of,
+    ext,
+    is_reduction,
+    iter_kinds,
+    loops_match_iters,
+    parallel_spatial,
+    try_inline,
+    vectorize_inner,
+)
+
+if TYPE_CHECKING:
+    from ....targets.isa import IsaInfo
+
+
+#: Loop orders of the parallel outer loop nest (a tuning knob):
+#: "vout": output-channel tile outermost (the weight panel stays hot while sweeping the image);
+#: "spatial_outer": image tile outermost (input rows stay hot while sweeping the channels).
+ORDERS = ("vout", "spatial_outer")
+DEFAULT_ORDER = "vout"
+
+
+# ~0.25 M multiply-adds is ~2 us on one core: not worth a fork/join
+MIN_PARALLEL_MACS = 1 << 18
+
+
+@dataclass
+class GemmLike:
+    block: object
+    index: int          # position of the block among the root's children
+    vpos: int           # spatial iter index of the vector axis
+    rpos: Optional[int]  # spatial iter index of the register-tile axis
+    n_spatial: int
+
+
+def _is_mac(store: Any) -> bool:
+    """C = C + A * B (either operand order, optional casts)."""
+    if not isinstance(store, tirx.BufferStore):
+        return False
+    v = store.value
+    if not isinstance(v, tirx.Add):
+        return False
+    for acc, prod in ((v.a, v.b), (v.b, v.a)):
+        if isinstance(acc, _BufferLoad) and acc.source.same_as(store.buffer):
+            while isinstance(prod, tirx.Cast):
+                prod = prod.value
+            if isinstance(prod, tirx.Mul):
+                return True
+    return False
+
+
+def analyze(sch: Schedule) -> GemmLike | None:
+    """Return GemmLike for the single MAC reduction block of the function, or None."""
+    blocks = blocks_of(sch)
+    red = [(i, b) for i, b in enumerate(blocks) if is_reduction(sch, b)]
+    if len(red) != 1:
+        return None
+    idx, blk = red[0]
+    kinds = iter_kinds(sch, blk)
+    ns = kinds.count("S")
+    if kinds != "S" * ns + "R" * (len(kinds) - ns) or ns < 1:
+        return None
+    if not loops_match_iters(sch, blk):
+        return None
+    b = sch.get(blk)
+    if not _is_mac(b.body):
+        return None
+    ivars = [iv.var for iv in b.iter_vars]
+    idxs = list(b.body.indices)
+
+    def _pos(e: Any) -> int | None:
+        if isinstance(e, tirx.Var):
+            for k, v in enumerate(ivars[:ns]):
+                if v.same_as(e):
+                    return k
+        return None
+
+    vpos = _pos(idxs[-1])
+    if vpos is None:
+        return None
+    rpos = _pos(idxs[-2]) if len(idxs) >= 2 else None
+    if rpos == vpos:
+        rpos = None
+    loops = sch.get_loops(blk)
+    need = [vpos] + ([rpos] if rpos is not None else []) + list(range(ns, len(loops)))
+    if any(ext(sch, loops[k]) is None for k in need):  # only batch-like axes may be symbolic
+        return None
+    # everything before the reduction must be spatial producers, everything after consumers
+    return GemmLike(blk, idx, vpos, rpos, ns)
+
+
+def _is_identity_copy(sch: Schedule, blk: SBlockRV) -> bool:
+    """dst[i...] = src[i...] with the same indices (a pad with zero padding)."""
+    b = sch.get(blk)
+    st = b.body
+    if not isinstance(st, tirx.BufferStore) or not isinstance(st.value, _BufferLoad):
+        return False
+    ld = st.value
+    if len(ld.indices) != len(st.indices):
+        return False
+    return all(a.same_as(c) for a, c in zip(ld.indices, st.indices))
+
+
+def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None]:
+    sl = sch.get_loops(g.block)[: g.n_spatial]
+    ev = ext(sch, sl[g.vpos])
+    er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
+    return ev, er
+
+
+def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any]]:
+    """Every knob setting the micro-kernel supports for this block, the untuned default first.
+
+    Knobs: ``vt`` (vector tile: 1, 2 or 4 vectors dividing the vector axis), ``rt`` (register tile: a
+    divisor of the register axis that keeps ``rt * vt / lanes`` accumulators within the register
+    budget; small values included, as they trade register reuse for parallelism) and ``order``.
+    This is the search space of :mod:`forgekit.tuning`.
+    """
+    from .common import divisors
+
+    ev, er = _extents(sch, g)
+    lanes, budget = tinfo.vec_lanes, tinfo.acc_budget
+    vt0, rt0 = choose_tiles(ev, er, tinfo)
+    space = [{"vt": vt0, "rt": rt0, "order": DEFAULT_ORDER}]
+    vts = [lanes * nv for nv in (1, 2, 4) if ev % (lanes * nv) == 0] or [vt0]
+    for vt in vts:
+        nv = max(1, vt // lanes)
+        rts = [d for d in divisors(er) if d * nv <= budget] if er else [1]
+        rts = sorted(set(rts))[-4:]  # the largest few: tiny tiles are never competitive
+        for rt in rts:
+            for order in ORDERS:
+                knobs = {"vt": vt, "rt": rt, "order": order}
+                if knobs not in space:
+                    space.append(knobs)
+    return space
+
+
+def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[str, Any] | None = None) -> Schedule:
+    """Schedule the MAC block ``g`` as the micro-kernel; ``knobs`` (from :func:`tile_space`) override
+    the default tile sizes and loop order."""
+    lanes = tinfo.vec_lanes
+    blocks = blocks_of(sch)
+    producers = blocks[: g.index]
+    consumers = blocks[g.index + 1:]
+    if any(is_reduction(sch, b) for b in producers + consumers):
+        raise ValueError("unsupported: extra reductions around the MAC block")
+    main = g.block
+    loops = sch.get_loops(main)
+    sl, rl = loops[: g.n_spatial], loops[g.n_spatial:]
+    ev = ext(sch, sl[g.vpos])
+    er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
+    vt, rt = choose_tiles(ev, er, tinfo)
+    order = DEFAULT_ORDER
+    if knobs:
+        vt, rt, order = knobs["vt"], knobs["rt"], knobs.get("order", DEFAULT_ORDER)
+    macs = 1
+    for l in sl + rl:
+        macs *= ext(sch, l) or 1
+
+    v_o, v_i = sch.split(sl[g.vpos], [None, vt])
+    if g.rpos is not None:
+        r_o, r_i = sch.split(sl[g.rpos], [None, rt])
+    else:
+        r_o = r_i = None
+    others = [l for k, l in enumerate(sl) if k not in (g.vpos, g.rpos)]
+    if order == "spatial_outer":
+        outer_list = others + ([r_o] if r_o is not None else []) + [v_o]
+    else:
+        outer_list = [v_o] + others + ([r_o] if r_o is not None else [])
+    inner_list = ([r_i] if r_i is not None else []) + [v_i]
+    sch.reorder(*outer_list, *rl, *inner_list)
+    outer = sch.fuse(*outer_list) if len(outer_list) > 1 else outer_list[0]
+    if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1):
+        sch.parallel(outer)
+
+    # epilogue: inline the elementwise chain and compute it per tile
+    acc_bytes = vt * rt * tvm.DataType(str(sch.get(main).writes[0].source.dtype)).bits // 8
+    attach_epilogue(sch, main, consumers, outer, acc_scope(acc_bytes), lanes)
+
+    # micro-kernel: unroll the register tile, vectorize the lanes
+    if vt > lanes and vt % lanes == 0:
+        v_n, v_l = sch.split(v_i, [None, lanes])
+        sch.vectorize(v_l)
+        if r_i is not None:
+            sch.unroll(r_i)
+        sch.unroll(v_n)
+    else:
+        sch.vectorize(v_i)
+        if r_i is not None:
+            sch.unroll(r_i)
+    red_total = 1
+    for l in rl:
+        red_total *= ext(sch, l) or 1
+    init = sch.decompose_reduction(main, rl[0])
+    if red_total <= 25:
+        # depthwise: unroll the (kh, kw) window too, so loads shared by neighbouring outputs
+        # (x + kw) are CSE'd and the padding checks fold to per-iteration constants
+        for l in rl:
+            sch.unroll(l)
+    vectorize_inner(sch, init, lanes)
+
+    red_extent = 1
+    for l in rl:
+        red_extent *= ext(sch, l)
+    for p in producers:  # padding / transposes feeding the kernel: own parallel loop nest
+        if _is_identity_copy(sch, p) and try_inline(sch, p):
+            continue  # e.g. the zero-size "pad" of a 1x1 conv: read the input directly
+        if red_extent <= 25 and try_inline(sch, p):
+            continue  # depthwise: a separate padded copy costs more than the bounds checks
+        parallel_spatial(sch, p, lanes)
+    return sch

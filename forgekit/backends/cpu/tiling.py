@@ -1,0 +1,56 @@
+"""Tile sizes, chosen the same way by the weight-packing legalizations and by the schedule rules (the
+weights are packed for the tile the rule will pick), and the stack budget of a micro-kernel."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...targets.isa import IsaInfo
+
+#: TVM 0.27 puts an allocation on the stack only if it is "global" scope and under 1024 bytes
+#: (runtime::kMaxStackAlloca); anything else, "local" scope included, is served by a
+#: TVMBackendAllocWorkspace/FreeWorkspace pair each time the enclosing loop body runs. For a register
+#: tile allocated inside the parallel loop that is two calls per tile: measured 2.5x on a 1x1 int8 conv.
+STACK_BYTES = 1024
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def best_divisor(n: int, limit: int) -> int:
+    return max(d for d in divisors(n) if d <= limit) if n >= 1 else 1
+
+
+def acc_scope(nbytes: int) -> str:
+    """Storage scope for a per-tile accumulator of ``nbytes``: on the stack (registers after LLVM's
+    SROA) when it fits, else "local" (a workspace allocation per tile)."""
+    return "global" if nbytes < STACK_BYTES else "local"
+
+
+def stack_budget(tinfo: IsaInfo, lanes: int | None = None, elem_bytes: int = 4) -> int:
+    """Vector accumulators of ``lanes`` (default: the target's fp32 lanes) elements a tile may hold:
+    the register budget, capped to fit on the stack."""
+    return max(1, min(tinfo.acc_budget, (STACK_BYTES - 1) // ((lanes or tinfo.vec_lanes) * elem_bytes)))
+
+
+def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
+    """(vector tile, register tile) for a vector axis of ``ev`` and a register axis of ``er`` elements."""
+    lanes, budget = tinfo.vec_lanes, stack_budget(tinfo)
+    best: tuple[int, int, int] | None = None
+    for nv in (2, 1, 4):
+        vt = lanes * nv
+        if ev % vt:
+            continue
+        rt = best_divisor(er, max(1, budget // nv)) if er else 1
+        score = min(rt, 8) * nv  # FMAs per (broadcast + vector loads) ~ reuse
+        if best is None or score > best[2]:
+            best = (vt, rt, score)
+    if best is None:  # vector axis not a multiple of the lanes (e.g. 24 or 1000 channels)
+        vt = best_divisor(ev, lanes)
+        if vt < lanes // 2 and ev <= lanes * 2:
+            vt = ev
+        rt = best_divisor(er, budget) if er else 1
+        best = (vt, rt, 0)
+    return best[0], best[1]

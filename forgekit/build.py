@@ -1,0 +1,141 @@
+"""Build: a Relax ``tvm.IRModule`` and a target spec in, a ``tvm.relax.Executable`` out.
+
+graph passes for the opt level (:mod:`forgekit.passes`) -> optional tuning (:mod:`forgekit.tuning`) ->
+the backend's lowering pipeline (:mod:`forgekit.backends`) -> codegen.  Plain data in and out: the
+façade, calibration and the compiler all call :func:`build_executable` with a module they own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import interrupts, log
+from .errors import CompileError, ForgekitError, UsageError
+from .passes import OPT_LEVELS, graph_passes
+
+if TYPE_CHECKING:
+    from .targets import TargetSpec
+
+
+@dataclass
+class TuningSetup:
+    """Tuning requested for a build: ``trials`` new measurements (0: only reuse records) appended to every
+    folder of ``folders`` (the artifact's ``optimization_artifacts`` and the shared cache)."""
+
+    trials: int
+    folders: list[Any]
+    progress: Callable[[int, int, str], None] | None = None
+    #: times one candidate (default: on this machine; see :class:`forgekit.tuning.remote.RemoteMeasure`)
+    measure: Any = None
+
+
+@dataclass
+class BuildReport:
+    """What the build did, for ``compile_report.json``."""
+
+    opt_level: int
+    passes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: fused kernel name -> schedule rule that scheduled it (CPU targets, opt_level >= 3)
+    schedule_rules: dict[str, str] = field(default_factory=dict)
+    #: what tuning did (tasks, trials, seconds, records, per-kernel speed-up over the default)
+    tuning: dict[str, Any] | None = None
+
+
+def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
+    """The ``tvm.target.Target`` to build with (level 4 turns on LLVM fast-math)."""
+    if opt_level >= 4 and spec.is_cpu:
+        spec = replace(spec, target={**spec.target, "fast-math": True})
+    return spec.tvm_target()
+
+
+def _device_compiler(spec: TargetSpec, opt_level: int) -> Any:
+    """CUDA targets: nvcc compiles the kernels while TVM builds (see :mod:`forgekit.backends.cuda.nvcc`)."""
+    if not spec.is_cuda:
+        return contextlib.nullcontext()
+    from .backends.cuda import nvcc
+
+    return nvcc.scoped_compile_callback(spec.cuda_arch, fast_math=opt_level >= 4)
+
+
+def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precision: str = "float32",
+                     layout: str | None = None, report: BuildReport | None = None,
+                     tuning: TuningSetup | None = None) -> Any:
+    """Run the graph passes and the lowering pipeline on ``mod``; returns a ``tvm.relax.Executable``.
+
+    With ``tuning`` (CPU targets, opt_level >= 3), the fused kernels' schedule knobs are measured first
+    and the best records replace the default rules where they exist.  TVM's own log lines are kept off
+    the terminal (:mod:`forgekit.log`); any TVM failure is one :class:`CompileError` line.
+    """
+    import tvm
+
+    from .backends.pipeline import lowering_pipeline, uses_cpu_schedules
+
+    if opt_level not in OPT_LEVELS:
+        raise UsageError(f"opt_level must be one of {sorted(OPT_LEVELS)}, got {opt_level!r}.")
+    scheduled = uses_cpu_schedules(opt_level, spec.is_cpu)
+    if tuning is not None and not scheduled:
+        raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {spec.name} at level {opt_level}): "
+                         "drop --tune-trials or change the target/level.")
+    target = tvm_target_for(spec, opt_level)
+    report = report or BuildReport(opt_level)
+    passes = graph_passes(opt_level, precision=precision, layout=layout)
+    report.passes = [p.info.name for p in passes] + (["forgekit.CpuSchedules"] if scheduled else [])
+    if scheduled:
+        from .backends.cpu import STATS
+
+        STATS.clear()
+    try:
+        with interrupts.watch(), log.quiet_native("compile"):
+            start = time.perf_counter()
+            mod = tvm.transform.Sequential(passes)(mod)
+            report.seconds["graph_passes"] = round(time.perf_counter() - start, 3)
+            database = _tune(mod, target, tuning, report) if tuning is not None else None
+            pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda,
+                                         database=database)
+            start = time.perf_counter()
+            with target, _device_compiler(spec, opt_level):
+                executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+            report.seconds["lower_and_codegen"] = round(time.perf_counter() - start, 3)
+        if scheduled:
+            report.schedule_rules = dict(sorted(STATS.items()))
+    except ForgekitError:
+        raise
+    except Exception as exc:
+        interrupts.check(exc)
+        raise CompileError(f"TVM failed to compile for {spec.name}: {log.first_line(exc)}{_hint(str(exc))}") from exc
+    return executable
+
+
+#: TVM messages that mean "a shape could not be resolved" -> what the user can do about it
+_SHAPE_HINT = (" (an output shape depends on a dynamic dimension in a way TVM cannot resolve, e.g. x[..., -5:] "
+               "on a length W: pin the dynamic inputs with --input-shape / shape_dict; forgekit inspect --check "
+               "lists them)")
+
+
+def _hint(message: str) -> str:
+    return _SHAPE_HINT if "CodeGenVM cannot emit this Relax operator" in message else ""
+
+
+def _tune(mod: Any, target: Any, tuning: TuningSetup, report: BuildReport) -> Any:
+    """Measure (when trials > 0) and return the records the CPU pipeline schedules with."""
+    import tvm
+
+    from .backends.cpu import fusion_passes
+    from .tuning.records import RecordSet
+    from .tuning.tuner import tune
+
+    start = time.perf_counter()
+    if tuning.trials > 0:
+        with target:
+            fused = tvm.transform.Sequential(fusion_passes(target))(mod)
+        summary = tune(fused, target, tuning.trials, tuning.folders, progress=tuning.progress,
+                       measure=tuning.measure)
+        report.tuning = summary.to_dict()
+        report.seconds["tuning"] = round(time.perf_counter() - start, 3)
+    records = RecordSet(tuning.folders)
+    report.tuning = {**(report.tuning or {"trials": 0}), "records_used": len(records)}
+    return records

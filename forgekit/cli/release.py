@@ -1,0 +1,57 @@
+"""``forgekit publish``, ``targets`` and ``images``: releases, the target list, Docker images."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import UsageError
+from .app import app, command
+from .options import ForceOpt, JsonOpt, write_json
+
+
+@app.command()
+@command
+def publish(
+    artifacts: Annotated[list[str], typer.Argument(metavar="ARTIFACT...", help="Artifact directories of one model, "
+                                                   "one per target.")],
+    version: Annotated[str, typer.Option("--version", metavar="V", help="Release version (1.2.0, v1.2.0-rc.1).")],
+    output: Annotated[str, typer.Option("--output", "-o", metavar="DIR", help="Directory for the archives.")],
+    include_key: Annotated[bool, typer.Option("--include-key", help="Also ship modelKey.bin of encrypted "
+                                              "artifacts.")] = False,
+    bench: Annotated[Optional[list[str]], typer.Option("--bench", metavar="FILE", help="A 'forgekit bench --json' "
+                                                       "result; its target picks the bundle.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", metavar="NAME", help="Model name in file names "
+                                                "(default: the ONNX file name).")] = None,
+    force: ForceOpt = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """Package artifacts as versioned, reproducible .tar.gz bundles with a model card, notes and SHA256SUMS."""
+    from ..release.publish import publish as publish_artifacts
+
+    result = publish_artifacts(artifacts, version, output, include_key=include_key, force=force, bench=bench, name=name)
+    for bundle in result.bundles:
+        print(f"{bundle.archive}  sha256 {bundle.sha256}  ({bundle.target}, latency "
+              f"{'measured' if bundle.latency_measured else 'not measured'})")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"release notes: {result.release_notes}")
+    write_json(json_out, result.to_dict())
+
+
+@app.command()
+@command
+def targets(
+    family: Annotated[Optional[str], typer.Option("--family", metavar="F", help="cuda, x86, arm or android.")] = None,
+    strings: Annotated[bool, typer.Option("--strings", help="Show each tag's target string.")] = False,
+) -> None:
+    """List the target tags forgekit accepts (its own first, then TVM's)."""
+    from ..targets import list_target_tags
+
+    try:
+        rows = list_target_tags(verbose=True, family=family)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for tag, text in rows:
+        print(f"{tag:40s} {text}" if strings else tag)

@@ -1,0 +1,99 @@
+"""The benchmark worker: a fresh process (``python -m forgekit.evaluate.bench_worker JOB RESULT``) that
+times forgekit and onnxruntime side by side, or measures one runtime's peak memory.
+
+A fresh process because thread counts are fixed when a runtime's thread pool starts, and because peak RSS
+cannot be attributed to one runtime inside a process that holds both.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: seconds of sleep between timing blocks (lets spinning worker threads go idle)
+SETTLE_S = 0.05
+BLOCK = 5
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory.  VmHWM, not getrusage: ru_maxrss survives fork+exec, so a
+    worker started by a big parent would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Time (and compare) or measure peak RSS, as ``job["mode"]`` says."""
+    import numpy as np
+
+    from ..runtime import Engine
+    from ..runtime.stats import latency_stats
+    from . import reference
+    from .compare import compare_outputs
+
+    mode = job["mode"]
+    engine = session = None
+    if mode in ("time", "rss:forgekit"):
+        engine = Engine(job["artifact"], key_path=job.get("key_path"))
+        arrays = engine.example_inputs(random=True, seed=0)
+    if job.get("onnx") and mode in ("time", "rss:onnxruntime"):
+        session = reference.session(job["onnx"], job["threads"])
+    if mode == "rss:onnxruntime":
+        with np.load(job["inputs_npz"]) as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        feeds = reference.feeds(session, job["names"], arrays)
+        for _ in range(3):
+            session.run(None, feeds)
+        return {"peak_rss_mb": peak_rss_mb()}
+    if mode == "rss:forgekit":
+        for _ in range(3):
+            engine.infer(*arrays)
+        return {"peak_rss_mb": peak_rss_mb()}
+
+    fns = {"forgekit": engine.prepared_call(*arrays)}
+    np.savez(job["inputs_npz"], *arrays)  # the same inputs for the memory probe of onnxruntime
+    result: dict[str, Any] = {"names": engine.input_names}
+    if session is not None:
+        feeds = reference.feeds(session, engine.input_names, arrays, f"'{job['onnx']}'")
+        fns["onnxruntime"] = lambda: session.run(None, feeds)
+        result.update(compare_outputs(engine.infer(*arrays), reference.run(session, feeds), job["rtol"], job["atol"]))
+    runs, warmup = job["runs"], job["warmup"]
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    while any(len(v) < runs for v in samples.values()):
+        for key, fn in fns.items():  # alternating blocks: a load swing hits both runtimes
+            time.sleep(SETTLE_S)
+            for _ in range(min(BLOCK, runs - len(samples[key]))):
+                start = time.perf_counter()
+                fn()
+                samples[key].append((time.perf_counter() - start) * 1e3)
+    result["timings"] = {k: latency_stats(v) for k, v in samples.items()}
+    return result
+
+
+def main(job_path: str, out_path: str) -> None:
+    # tvm_ffi imports torch whenever it is installed (a symbol-conflict workaround), which adds ~250 MB
+    # and a second of start-up to a process that never uses it; a deployed runtime has no torch, so
+    # measure it that way.
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
+    from ..errors import ForgekitError
+
+    job = json.loads(Path(job_path).read_text())
+    try:
+        result = run_job(job)
+    except ForgekitError as exc:
+        result = {"error": {"code": exc.exit_code, "message": str(exc)}}
+    Path(out_path).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

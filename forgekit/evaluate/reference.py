@@ -1,0 +1,64 @@
+"""onnxruntime as the reference: one session setup, one way to match an artifact's inputs to the model's.
+
+onnxruntime is a test/benchmark dependency of forgekit, never a runtime one: a missing onnxruntime is a
+one-line NotAvailableError.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputError, ModelLoadError, NotAvailableError
+from ..log import first_line
+
+
+def session(onnx_model: str | os.PathLike[str], threads: int = 1) -> Any:
+    """An onnxruntime CPU session on ``onnx_model`` with ``threads`` intra-op threads (1: deterministic)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise NotAvailableError("onnxruntime is not installed: pip install onnxruntime (the reference).") from None
+    if not Path(onnx_model).is_file():
+        raise ModelLoadError(f"ONNX model '{onnx_model}' does not exist.")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # its warnings are not the user's business
+    try:
+        return ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ModelLoadError(f"onnxruntime cannot load '{onnx_model}': {first_line(str(exc))}") from None
+
+
+def feeds(sess: Any, names: Sequence[str], arrays: Sequence[np.ndarray], model: str = "the ONNX model") -> dict[str, Any]:
+    """The artifact's inputs as the model's feeds: by name when the names agree, else by position when the
+    counts agree; otherwise a one-line InputError (the ONNX model is not the one the artifact came from)."""
+    ort_inputs = sess.get_inputs()
+    ort_names = [i.name for i in ort_inputs]
+    if set(names) == set(ort_names):
+        chosen = dict(zip(names, arrays))
+    elif len(ort_names) == len(arrays) and not names:
+        chosen = dict(zip(ort_names, arrays))
+    else:
+        raise InputError(f"{model} has inputs {ort_names} but the artifact has {list(names)}: give the model the "
+                         "artifact was compiled from.")
+    for spec in ort_inputs:  # same rank and static dims, or it is another model
+        array = np.asarray(chosen[spec.name])
+        dims = spec.shape or []
+        if len(dims) != array.ndim or any(isinstance(d, int) and d != s for d, s in zip(dims, array.shape)):
+            raise InputError(f"{model} expects input '{spec.name}' of shape {dims} but the artifact's is "
+                             f"{list(array.shape)}: give the model the artifact was compiled from (--onnx).")
+    return chosen
+
+
+def run(sess: Any, fed: dict[str, Any], model: str = "the ONNX model") -> list[np.ndarray]:
+    """The reference outputs, or a one-line InputError when onnxruntime refuses the feeds."""
+    try:
+        return [np.asarray(r) for r in sess.run(None, fed)]
+    except Exception as exc:  # onnxruntime raises its own exception types for bad feeds
+        raise InputError(f"onnxruntime cannot run {model} on the artifact's inputs ({first_line(str(exc))}): is it "
+                         "the model the artifact was compiled from?") from None

@@ -1,0 +1,112 @@
+"""Prove an artifact by running it: on its own architecture, against onnxruntime on the same inputs.
+
+``verify_artifact`` reads what the artifact was built for from its metadata, makes seeded inputs from the
+metadata's input specs, runs the artifact on the device its target family names (this machine in a child
+process, or an aarch64 Debian chroot under qemu: :mod:`forgekit.devices`), runs the ONNX model with
+onnxruntime on the host, and compares every output (:mod:`.compare`).  A crash on the device (an illegal
+instruction, a bad library) is a failed verification, not the caller's crash.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..artifact.layout import read_metadata, resolve
+from ..errors import ArtifactError, NotAvailableError, VerificationError
+from ..runtime.inputs import example_inputs
+from . import reference
+from .compare import ATOL, RTOL, OutputComparison, compare
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of :func:`verify_artifact`."""
+
+    artifact: str
+    target: str
+    arch: str
+    runner: str  # "native" or "qemu-<arch>"
+    rtol: float
+    atol: float
+    seed: int
+    outputs: list[OutputComparison] = field(default_factory=list)
+    run_seconds: float = 0.0  # the device run: process start, load and one inference
+    infer_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    def check(self) -> None:
+        """Raise a one-line :class:`VerificationError` unless every output matched."""
+        bad = [o for o in self.outputs if not o.ok]
+        if bad:
+            worst = ", ".join(f"'{o.name}' max abs err {o.max_abs:.3g} (atol {o.tolerance:.1g})" if not o.note
+                              else f"'{o.name}' {o.note}" for o in bad)
+            raise VerificationError(f"{len(bad)} of {len(self.outputs)} output(s) of '{self.artifact}' differ from "
+                                    f"onnxruntime (rtol {self.rtol:g}, atol {self.atol:g}*max|ref|): {worst}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+
+def device_for(meta: dict[str, Any], log: Callable[[str], None] | None = None) -> Any:
+    """The device that runs an artifact with this metadata from this machine (its family decides)."""
+    from ..targets import get_family
+
+    from ..devices.rootfs import GUESTS
+    from ..runtime.cpu import host_arch
+
+    build = meta.get("build", {})
+    arch = build.get("arch", "")
+    device = get_family(build.get("family") or "other").device(arch, log=log)
+    if device is None:
+        why = (f"a {build.get('family')} artifact needs its own device" if build.get("family") in ("android", "cuda")
+               else f"this machine is {host_arch()} and cannot emulate '{arch}' (only {', '.join(GUESTS)})")
+        raise NotAvailableError(f"forgekit cannot run this artifact here: {why}; run it on such a machine "
+                                "(forgekit-run or 'forgekit run').")
+    return device
+
+
+def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathLike[str], *, rtol: float = RTOL,
+                    atol: float = ATOL, seed: int = 0, key_path: str | None = None, password: str | None = None,
+                    timeout: float = 1800, log: Callable[[str], None] | None = None) -> VerifyResult:
+    """Run ``artifact`` on its own architecture and compare its outputs with onnxruntime's on ``onnx_model``.
+
+    Returns a :class:`VerifyResult` (call ``.check()`` to raise on a mismatch).  Raises
+    :class:`VerificationError` when the artifact cannot run, :class:`~forgekit.errors.InputError` when the
+    model's inputs do not correspond to the artifact's, :class:`NotAvailableError` for artifacts forgekit
+    cannot execute here (Android, CUDA, other CPUs), :class:`ToolchainError` when qemu or debootstrap is
+    missing.  ``log`` receives progress lines (the first aarch64 verification builds the cached rootfs,
+    which takes minutes).
+    """
+    from ..devices.staging import stage_artifact
+
+    library, meta_path = resolve(artifact)
+    if meta_path is None:
+        raise ArtifactError(f"'{artifact}' has no metadata.json: verify needs the artifact directory.")
+    meta = read_metadata(meta_path)
+    build, model = meta["build"], meta["model"]
+    device = device_for(meta, log)
+    sess = reference.session(onnx_model)
+    inputs = example_inputs(model["inputs"], random=True, seed=seed)
+    expected = reference.run(sess, reference.feeds(sess, [t["name"] for t in model["inputs"]], inputs,
+                                                   f"'{onnx_model}'"), f"'{onnx_model}'")
+    result = VerifyResult(str(artifact), build.get("target_name", ""), build.get("arch", ""), device.name, rtol, atol,
+                          seed)
+    with tempfile.TemporaryDirectory(prefix="forgekit-verify-") as scratch:
+        staged = stage_artifact(library, meta_path, Path(scratch) / "artifact", key_path, password)
+        run = device.run(staged, inputs, timeout=timeout)
+    if len(run.outputs) != len(expected):
+        raise VerificationError(f"'{artifact}' returned {len(run.outputs)} output(s), onnxruntime {len(expected)}: "
+                                "is it the model the artifact was compiled from?")
+    result.run_seconds, result.infer_ms = run.seconds, run.infer_ms[0] if run.infer_ms else 0.0
+    names = [t["name"] for t in model["outputs"]] or [o.name for o in sess.get_outputs()]
+    result.outputs = [compare(n, a, e, rtol, atol) for n, a, e in zip(names, run.outputs, expected)]
+    return result

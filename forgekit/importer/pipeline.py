@@ -1,0 +1,120 @@
+"""The one ONNX import path: prepare -> check -> QDQ fusion -> convert -> canonicalize -> numpy fold.
+
+``forgekit.from_onnx`` (the product), the CLI and the importer's own tests all come through
+:func:`import_onnx`, so there is one set of defaults: dimensions that are not pinned stay symbolic, QDQ
+conv/matmul patterns run on the integer kernels, and constant sub-graphs are folded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+
+from .. import interrupts, log
+from ..description import TensorInfo
+from ..errors import ForgekitError, ModelLoadError
+from .errors import REPORT_HINT, ConversionError, ImportErrorBase, PrepareError, UnsupportedOperatorsError
+from .errors import fmt_shape, one_line
+from .load import OnnxSource, graph_inputs, graph_outputs, load_onnx, normalize_shape_dict
+
+
+@dataclass
+class ImportedModel:
+    """A Relax module and the ONNX names and shapes of its inputs (as imported) and outputs."""
+
+    mod: Any
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+
+
+def import_source(source: OnnxSource, *, extra_converters: dict | None = None,
+                  **from_onnx_kwargs: Any) -> ImportedModel:
+    """Import a loaded model whose ``shape_dict``/``freeze`` are already validated (see :func:`import_onnx`)."""
+    import tvm
+    from tvm import relax
+
+    from ..passes.canonicalize import canonicalize
+    from ..passes.numpy_fold import fold_constants_numpy
+    from .check import convert, unsupported_ops
+    from .prepare import prepare_onnx
+    from .qdq import fuse_qdq
+
+    model = source.model
+    where = f"'{source.path}'" if source.path else None
+    try:
+        with interrupts.watch(), log.quiet_native("import"):
+            prepared = prepare_onnx(model, source.shape_dict, freeze=source.freeze, default_batch=None,
+                                    allow_dynamic=True, allow_static_override=True)
+    except ForgekitError:
+        raise
+    except Exception as exc:  # shape inference or the version converter choked on the graph
+        interrupts.check(exc)
+        missing = unsupported_ops(model, extra_converters)
+        if missing:  # the likelier cause, and the more useful message
+            raise UnsupportedOperatorsError(missing, where) from None
+        raise PrepareError(f"Preparing {where or 'the model'} for import failed ({one_line(exc)}): "
+                           "check it with onnx.checker or re-export it.") from exc
+    missing = unsupported_ops(prepared, extra_converters)
+    if missing:
+        raise UnsupportedOperatorsError(missing, where)
+    prepared = fuse_qdq(prepared)  # QDQ conv/matmul -> ConvInteger/MatMulInteger (the integer path)
+
+    inputs = graph_inputs(prepared)
+    symbols: dict[str, Any] = {}
+    # from_onnx wants tirx Vars for symbolic dims, never strings; one Var per symbol name.
+    kwargs = dict(from_onnx_kwargs)
+    kwargs.setdefault("shape_dict", {info.name: [d if isinstance(d, int) else
+                                                 symbols.setdefault(str(d), tvm.tirx.Var(str(d), "int64"))
+                                                 for d in info.shape] for info in inputs})
+    kwargs.setdefault("dtype_dict", {info.name: info.dtype for info in inputs})
+    try:
+        with interrupts.watch(), log.quiet_native("import"):
+            mod = convert(prepared, extra_converters=extra_converters, fold_relax_constants=False, where=where,
+                          **kwargs)
+            mod = relax.transform.Normalize()(mod)
+            if not kwargs.get("keep_params_in_input"):
+                mod = fold_constants_numpy(canonicalize(mod))
+    except ConversionError as exc:
+        interrupts.check(exc)
+        raise exc.with_context(where, _pinning_hint(inputs)) from None
+    except ImportErrorBase:
+        raise
+    except Exception as exc:  # Normalize or the rewrites on what the frontend built
+        interrupts.check(exc)
+        raise ModelLoadError(f"TVM could not import {where or 'the model'}: {log.first_line(exc)}; "
+                             f"{REPORT_HINT}.") from exc
+    return ImportedModel(mod, inputs, graph_outputs(model))
+
+
+def _pinning_hint(inputs: Sequence[TensorInfo]) -> str | None:
+    """Advice for a conversion that failed with symbolic dims left: which inputs to pin, and how."""
+    dynamic = [i for i in inputs if not all(isinstance(d, int) for d in i.shape)]
+    if not dynamic:
+        return None
+    listing = ", ".join(f"{i.name}{fmt_shape(i.shape)}" for i in dynamic)
+    first = dynamic[0]
+    example = "x".join(str(d) if isinstance(d, int) else "1" for d in first.shape)
+    return (f"inputs {listing} are still dynamic: pin them with shape_dict (CLI: --input-shape "
+            f"{first.name}={example}), else {REPORT_HINT}")
+
+
+def import_onnx(model: Any, shape_dict: Mapping[str, Any] | None = None, *, freeze: Mapping[str, Any] | None = None,
+                extra_converters: dict | None = None, **from_onnx_kwargs: Any) -> ImportedModel:
+    """Import an ONNX model (path, bytes or ``ModelProto``) into Relax.
+
+    ``shape_dict`` pins input shapes by name (``{"x": [1, 3, 224, 224]}``; a string dim stays symbolic)
+    or dimension symbols (``{"batch": 1}``); ``freeze`` turns inputs into constants
+    (``{"sample_rate": 16000}``) so ``If``s and shape computations on them fold.  Other keyword arguments
+    (``keep_params_in_input``...) go to TVM's ``from_onnx``.  Raises only one-line forgekit errors:
+    :class:`UnsupportedOperatorsError` (every offending node at once), :class:`ConversionError` (the failing
+    node and op), :class:`PrepareError`, :class:`forgekit.errors.UsageError` for a bad ``shape_dict``.
+    """
+    proto, path = load_onnx(model)
+    source = OnnxSource(proto, normalize_shape_dict(proto, dict(shape_dict) if shape_dict else None), path,
+                        dict(freeze or {}))
+    return import_source(source, extra_converters=extra_converters, **from_onnx_kwargs)
+
+
+__all__ = ["ImportedModel", "import_onnx", "import_source"]
+

@@ -1,0 +1,81 @@
+"""Pure functions on a Relax ``tvm.IRModule`` that the façade exposes: tensor specs, constants, identity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import CompileError
+
+
+def _dim(value: Any) -> int | str:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def tensor_infos(ty: Any) -> list[tuple[tuple[int | str, ...], str]]:
+    """(shape, dtype) of every tensor in a Relax type (tuples are flattened)."""
+    from tvm import relax
+
+    if isinstance(ty, relax.TupleType):
+        return [info for f in ty.fields for info in tensor_infos(f)]
+    shape = getattr(ty, "shape", None)
+    dims = tuple(_dim(v) for v in shape.values) if shape is not None and hasattr(shape, "values") else ()
+    return [(dims, str(ty.dtype))]
+
+
+def const_array(const: Any) -> np.ndarray:
+    """Data of a constant: tensors carry a ``tvm.runtime.Tensor``, scalar constants a Python value."""
+    value = const.value
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def constants(func: Any) -> list[Any]:
+    """Relax constants of ``func`` in a deterministic (post-)order, each once."""
+    from tvm import relax
+    from tvm.ir.expr import Constant  # TVM 0.27 moved relax.Constant here (data in ``.value``)
+
+    found: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(expr: Any) -> None:
+        # A constant object can be referenced by several bindings; count its bytes once.
+        if isinstance(expr, Constant) and expr.__chandle__() not in seen:
+            seen.add(expr.__chandle__())
+            found.append(expr)
+
+    relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def to_tvm(value: Any) -> Any:
+    import tvm
+
+    return value if hasattr(value, "numpy") else tvm.runtime.tensor(np.asarray(value))
+
+
+def flatten_outputs(result: Any) -> list[np.ndarray]:
+    if hasattr(result, "numpy"):
+        return [result.numpy()]
+    return [o for item in result for o in flatten_outputs(item)]
+
+
+def simplify(mod: Any, *, fold_constants: bool, fold_batch_norms: bool) -> Any:
+    """Constructor-time simplifications (Forge's ``fold_constants`` / ``fold_batch_norms``)."""
+    from tvm import relax
+
+    from ..log import first_line, quiet_native
+    from ..passes.batchnorm import fold_batch_norms as fold_bn
+
+    try:
+        with quiet_native("import"):  # FoldConstant legalizes and JIT-builds: TVM logs while it does
+            if fold_constants or fold_batch_norms:
+                mod = relax.transform.FoldConstant()(mod)
+            if fold_batch_norms:
+                mod = fold_bn(mod)
+        return mod
+    except Exception as exc:
+        raise CompileError(f"Simplifying the imported graph failed: {first_line(exc)}") from exc

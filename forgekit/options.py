@@ -1,0 +1,156 @@
+"""The options of each stage: frozen, typed, validated once, every default written once.
+
+The CLI, the Python API (``IRModule.compile(...)`` with Forge's keyword names) and the GitHub Action all
+build these objects; stages take them as plain data.  A bad value is a one-line
+:class:`~forgekit.errors.UsageError` raised when the object is made, before any work starts.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import UsageError
+
+#: the target when none is given, in the CLI, the Python API and the Action alike: the CPU compiling
+#: the model.  Artifacts record the CPU features they need and refuse to run where they are missing.
+DEFAULT_TARGET = "host"
+DEFAULT_OUTPUT = "./compile_output"
+OPT_LEVELS = (0, 1, 2, 3, 4)
+PRECISIONS = ("float32", "float16")
+#: ``set_channel_layout`` spellings -> "first" (NCHW, what ONNX has) or "last" (NHWC)
+LAYOUTS = {"first": "first", "nchw": "first", "last": "last", "nhwc": "last"}
+ACTIVATION_DTYPES = ("int8", "uint8")
+CALIB_METHODS = ("average", "entropy", "minmax", "percentile")
+QUANT_TYPES = ("any", "static", "dynamic")
+
+
+def normalize_layout(layout: str | None) -> str | None:
+    """``first``/``last``/``NCHW``/``NHWC`` (any case) -> ``"first"``/``"last"``; None stays None."""
+    if layout is None:
+        return None
+    try:
+        return LAYOUTS[str(layout).lower()]
+    except KeyError:
+        raise UsageError(f"Unknown channel layout '{layout}': use first, last, NCHW or NHWC.") from None
+
+
+def _choice(what: str, value: Any, valid: tuple[Any, ...]) -> None:
+    if value not in valid:
+        raise UsageError(f"Unsupported {what} '{value}': use one of {', '.join(str(v) for v in valid)}.")
+
+
+def _integer(what: str, value: Any, low: int, high: int | None = None) -> None:
+    bad = not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high)
+    if bad:
+        bounds = f"{low}-{high}" if high is not None else f">= {low}"
+        raise UsageError(f"{what} must be an integer {bounds}, got {value!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneOptions:
+    """Measuring schedule knobs (see :mod:`forgekit.tuning`).
+
+    ``trials``: new measurements (``0`` reuses records only); ``records``: the shared cache folder,
+    None for the default, False for the artifact's own records only; ``rpc``: a
+    :class:`forgekit.devices.rpc.RpcConfig` to measure on a board instead of this machine.
+    """
+
+    trials: int = 0
+    records: str | Path | bool | None = None
+    rpc: Any = None
+
+    def __post_init__(self) -> None:
+        _integer("tuning_trials", self.trials, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileOptions:
+    """Everything :func:`forgekit.compiler.compile_model` needs besides the model."""
+
+    target: Any = DEFAULT_TARGET
+    host: Any = None
+    output_path: str | Path = DEFAULT_OUTPUT
+    opt_level: int = 3
+    precision: str = "float32"
+    layout: str | None = None
+    export_ir: bool = False
+    export_metadata: bool = False
+    force: bool = False
+    uuid: str | None = None
+    encrypt_password: str | None = field(default=None, repr=False)
+    tuning: TuneOptions | None = None
+    #: files and folders the command read (the model, calibration data...): never inside the output
+    inputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _integer("opt_level", self.opt_level, OPT_LEVELS[0], OPT_LEVELS[-1])
+        _choice("precision", self.precision, PRECISIONS)
+        object.__setattr__(self, "layout", normalize_layout(self.layout))
+        if self.uuid is not None:
+            try:
+                object.__setattr__(self, "uuid", str(_uuid.UUID(str(self.uuid))))
+            except ValueError:
+                raise UsageError(f"uuid '{self.uuid}' is not a valid UUID.") from None
+        if self.encrypt_password is not None:
+            from .crypto.password import check_new_password
+
+            check_new_password(self.encrypt_password)
+        object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs if p))
+
+    @classmethod
+    def from_forge(cls, *, set_float16: bool = False, set_channel_layout: str | None = None,
+                   export_relay: bool = False, force_overwrite: bool = False, tuning_trials: int | None = None,
+                   records: Any = None, tuning_rpc: Any = None, **kwargs: Any) -> CompileOptions:
+        """Options from Forge's ``compile`` keyword names (``set_float16``, ``force_overwrite``...)."""
+        if tuning_trials is None and tuning_rpc is not None:
+            raise UsageError("An RPC device for tuning was given without tuning: add --tune-trials N.")
+        tuning = None if tuning_trials is None else TuneOptions(trials=tuning_trials, records=records, rpc=tuning_rpc)
+        return cls(precision="float16" if set_float16 else "float32", layout=set_channel_layout,
+                   export_ir=export_relay, force=force_overwrite, tuning=tuning, **kwargs)
+
+    def with_(self, **changes: Any) -> CompileOptions:
+        """A copy with ``changes`` (validated again)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizeOptions:
+    """Post-training quantization (see :meth:`forgekit.IRModule.quantize` for what each one means)."""
+
+    activation_dtype: str = "int8"
+    kernel_dtype: str | None = None
+    bias_dtype: str | None = None
+    per_channel: bool = False
+    calib_method: str = "average"
+    quant_type: str = "any"
+    percentile: float = 99.0
+    smoothing: float | None = 0.75
+    max_accuracy_drop: float | None = None
+    quantize_depthwise: bool = False
+    bias_correction: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("activation dtype", self.activation_dtype, ACTIVATION_DTYPES)
+        _choice("kernel dtype", self.kernel_dtype, (None, "int8"))
+        _choice("bias dtype", self.bias_dtype, (None, "int32", "float32"))
+        _choice("calibration method", self.calib_method, CALIB_METHODS)
+        _choice("quantization type", self.quant_type, QUANT_TYPES)
+        if not 0 < float(self.percentile) <= 100:
+            raise UsageError(f"percentile must be in (0, 100], got {self.percentile}.")
+        if self.max_accuracy_drop is not None and not 0 <= self.max_accuracy_drop <= 1:
+            raise UsageError(f"max_accuracy_drop must be a fraction between 0 and 1 (e.g. 0.01), got "
+                             f"{self.max_accuracy_drop}.")
+
+    def rewrite_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`forgekit.quantize.quantize` (all but the accuracy budget)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "max_accuracy_drop"}
+
+
+#: the defaults, for option declarations (the CLI shows them) — never restated elsewhere
+COMPILE_DEFAULTS = CompileOptions()
+QUANTIZE_DEFAULTS = QuantizeOptions()
+
+ProgressFn = Callable[[int, int, str], None]

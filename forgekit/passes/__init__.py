@@ -1,0 +1,97 @@
+"""Relax-to-Relax passes, and the registry that says which run at which optimization level.
+
+Like TVM's ``relax/pipeline.py``, the pipeline is data: :data:`GRAPH_PASSES` lists every graph pass with
+the level it starts at and the options it needs; :func:`graph_passes` builds the list for a compile.
+Adding a pass is one :func:`register_pass` call (a pass module of its own if it is forgekit's).
+
+====  =====================================================================================
+ 0    Legalize and build operator by operator: no folding, no fusion (for debugging).
+ 1    + constant folding, common-subexpression and dead-code elimination, binding cleanup.
+ 2    + operator fusion (FuseOps/FuseTIR, in the backend), batch-norm folding into convolutions.
+ 3    + transpose-into-matmul fusion, merging of parallel matmuls, and on CPUs forgekit's schedules.
+ 4    + LLVM fast-math (reassociation, contraction): results may differ in the last bits.
+====  =====================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import UsageError
+
+OPT_LEVELS: dict[int, str] = {
+    0: "legalize and build each operator; no folding or fusion",
+    1: "constant folding, CSE, dead-code elimination",
+    2: "level 1 + operator fusion + batch-norm folding",
+    3: "level 2 + matmul rewrites + target schedules",
+    4: "level 3 + LLVM fast-math",
+}
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """One registered graph pass: from which opt level, under which options, how to make it."""
+
+    name: str
+    level: int
+    make: Callable[[], Any]
+    #: (precision, layout) -> whether it runs; default: always
+    when: Callable[[str, str | None], bool] = lambda precision, layout: True
+
+
+GRAPH_PASSES: list[GraphPass] = []
+
+
+def register_pass(name: str, level: int, make: Callable[[], Any],
+                  when: Callable[[str, str | None], bool] | None = None) -> None:
+    """Append a pass to the pipeline (names are unique)."""
+    if any(p.name == name for p in GRAPH_PASSES):
+        raise ValueError(f"A graph pass named '{name}' is already registered.")
+    GRAPH_PASSES.append(GraphPass(name, level, make, when or (lambda precision, layout: True)))
+
+
+def _relax(name: str, **kwargs: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        from tvm import relax
+
+        return getattr(relax.transform, name)(**kwargs)
+
+    return make
+
+
+def _fold_batch_norms() -> Any:
+    from .batchnorm import fold_batch_norms_pass
+
+    return fold_batch_norms_pass()
+
+
+def _to_nhwc() -> Any:
+    from .layout import to_nhwc_or_keep
+
+    return to_nhwc_or_keep()
+
+
+register_pass("DecomposeOpsForInference", 0, _relax("DecomposeOpsForInference"))
+register_pass("FoldConstant", 1, _relax("FoldConstant"))
+register_pass("CanonicalizeBindings", 1, _relax("CanonicalizeBindings"))
+register_pass("EliminateCommonSubexpr", 1, _relax("EliminateCommonSubexpr"))
+register_pass("DeadCodeElimination", 1, _relax("DeadCodeElimination"))
+register_pass("forgekit.FoldBatchNorm", 2, _fold_batch_norms)
+register_pass("FoldConstant.2", 2, _relax("FoldConstant"))
+register_pass("FuseTransposeMatmul", 3, _relax("FuseTransposeMatmul"))
+register_pass("CombineParallelMatmul", 3, _relax("CombineParallelMatmul"))
+register_pass("FoldConstant.3", 3, _relax("FoldConstant"))
+register_pass("forgekit.ToNHWC", 0, _to_nhwc, when=lambda precision, layout: layout == "last")
+register_pass("FoldConstant.layout", 0, _relax("FoldConstant"), when=lambda precision, layout: layout == "last")
+# Convolutions and matmuls in fp16, accumulation in fp32: the error stays ~1e-3.
+register_pass("ToMixedPrecision", 0, _relax("ToMixedPrecision", out_dtype="float32"),
+              when=lambda precision, layout: precision == "float16")
+register_pass("FoldConstant.precision", 0, _relax("FoldConstant"), when=lambda precision, layout: precision == "float16")
+
+
+def graph_passes(opt_level: int, *, precision: str = "float32", layout: str | None = None) -> list[Any]:
+    """The Relax passes that run before lowering for ``opt_level`` and the options."""
+    if opt_level not in OPT_LEVELS:
+        raise UsageError(f"opt_level must be one of {sorted(OPT_LEVELS)}, got {opt_level!r}.")
+    return [p.make() for p in GRAPH_PASSES if opt_level >= p.level and p.when(precision, layout)]

@@ -1,0 +1,45 @@
+"""Channel layout: one conversion to NHWC, used by ``set_channel_layout="last"`` and by the CPU backend.
+
+Data NHWC, kernels HWIO (output channels innermost, so CPU micro-kernels vectorize over them and weights
+are pre-packed at compile time).  ``conv2d_transpose`` stays NCHW: its layout is otherwise inferred from
+the NHWC producer, and TVM 0.27 only legalizes NCHW conv2d_transpose (an NHWC one reaches the VM
+unlowered).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("forgekit.passes")
+
+
+def to_nhwc() -> Any:
+    """ConvertLayout: conv2d (and by propagation pooling and elementwise ops) to NHWC data, HWIO kernels."""
+    from tvm import relax
+
+    return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
+                                          "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
+
+
+def to_nhwc_or_keep() -> Any:
+    """:func:`to_nhwc`, or the module unchanged when ConvertLayout cannot convert it.
+
+    TVM 0.27's ConvertLayout re-derives the shapes of what it rewrites, and for some ops on symbolic
+    dimensions (``strided_slice`` with a static end on a dynamic batch: ``T.min(5, N)``) the result differs
+    from the binding it replaces: "DataflowBlock Pass should not rewrite or delete any global-scope Var".
+    NCHW code is slower on CPUs but correct; a crash is neither.
+    """
+    import tvm
+
+    convert = to_nhwc()
+
+    @tvm.transform.module_pass(opt_level=0, name="forgekit.ToNHWCOrKeep")
+    def safe(mod: Any, ctx: Any) -> Any:
+        try:
+            return convert(mod)
+        except Exception as exc:  # noqa: BLE001 - TVM's own error types
+            log.info("ConvertLayout to NHWC failed, keeping NCHW: %s", str(exc).strip().splitlines()[-1])
+            return mod
+
+    return safe

@@ -1,0 +1,127 @@
+"""Exact ``strided_slice`` on symbolic dimensions: used by the importer's Slice converter (so every later
+converter sees exact shapes) and by :mod:`.canonicalize` (slices made by other means).
+
+Axes that keep the whole axis (begin 0, end at or past the dimension: ONNX's ``INT64_MAX`` "to the end",
+Keras' ``Cropping`` on the batch axis) are dropped, the other bounds are clamped the way ONNX clamps them,
+with ``end >= begin``, as explicit in-bound expressions, and full reversals (``x[::-1]``, step -1 from
+``-1`` to ``INT64_MIN``) become ``flip``.  TVM's own shape arithmetic gets these wrong: an end of
+``INT64_MAX`` gives ``T.min(9223372036854775807, N)``, which its simplifier cannot reduce (INT64_MAX is its
++infinity), so passes that re-derive shapes (``ConvertLayout`` at opt level 3) disagree with the bindings
+("DataflowBlock Pass should not rewrite or delete any global-scope Var"), a matmul schedule's write-back
+gets an always-false predicate (uninitialized output: a silent wrong answer), the memory planner sizes
+buffers for 2**31 rows (``std::bad_alloc``), and converters after the slice cannot prove the extent
+equal to ``N`` (Squeeze, Reshape, broadcasting, Pad: import errors); ``x[1:-1]`` on ``N = 1`` gets the
+length ``min(max(N - 1, 0), N) - min(1, N) = -1``; ``INT64_MIN`` ends overflow.  Found by
+``forgekit.testing``; regression models in ``tests/assets/fuzz/``.
+
+Why not TVM's passes: ``relax.transform`` has no pass that bounds shape variables (``tir`` var bounds are
+only attached per PrimFunc), and ``ONNX``-level simplifiers (onnxslim, onnxscript's optimizer) keep the
+``INT64_MAX`` ends: they are valid ONNX, the problem is only in TVM's shape arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+#: a slice end at or beyond this means "to the end of the axis" (no real dimension is 2**31 long)
+HUGE_END = 2**31 - 1
+
+def _int(value: Any) -> int | None:
+    value = getattr(value, "value", value)
+    return int(value) if isinstance(value, (int, tvm.tirx.IntImm)) else None
+
+
+def _clamp(index: int, dim: Any) -> Any:
+    """ONNX's clamping of a slice bound (step > 0) into [0, dim]: an int for a static dim, else a PrimExpr."""
+    size = _int(dim)
+    if size is not None:
+        return max(0, min(index + size if index < 0 else index, size))
+    if index >= HUGE_END:
+        return dim
+    if index <= -HUGE_END:
+        return 0
+    if index >= 0:
+        return tvm.tirx.min(tvm.tirx.IntImm("int64", index), dim)
+    return tvm.tirx.max(dim + tvm.tirx.IntImm("int64", index), tvm.tirx.IntImm("int64", 0))
+
+
+def _max(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    if isinstance(a, int):
+        a = tvm.tirx.IntImm("int64", a)
+    if isinstance(b, int):
+        b = tvm.tirx.IntImm("int64", b)
+    if tvm_ffi.structural_equal(a, b):
+        return a
+    return tvm.tirx.max(a, b)
+
+
+def _simplify(value: Any) -> Any:
+    """``value`` simplified knowing every shape variable is at least 1 (a tensor dimension of a real input;
+    ``x[0:1]`` on ``N`` is then 1 long, not ``min(1, N)``, which later broadcasting cannot resolve)."""
+    if isinstance(value, int):
+        return value
+    analyzer = tvm.sym.Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(value):
+        analyzer.update(var, tvm.sym.ConstIntBound(1, HUGE_END))
+    out = analyzer.simplify(value)
+    return _int(out) if _int(out) is not None else out
+
+
+def _prim(value: Any) -> Any:
+    return value if isinstance(value, int) else relax.prim_value(value)
+
+
+def _full_reversal(begin: int, end: int, stride: int) -> bool:
+    """``x[::-1]`` as exporters spell it: step -1 from the last element (-1 or "INT64_MAX") to before the
+    first (``INT64_MIN`` / ``-INT64_MAX``)."""
+    return stride == -1 and (begin == -1 or begin >= HUGE_END) and end <= -HUGE_END
+
+
+def exact_strided_slice(call: Any) -> Any:
+    """``call`` (a ``strided_slice`` with constant bounds) made exact on its symbolic dimensions, or None
+    (not a strided_slice, no symbolic dimension sliced, bounds not constant, a negative step on a symbolic
+    dimension that is not a full reversal)."""
+    if call.op.name != "relax.strided_slice":
+        return None
+    data_ty = call.args[0].ty
+    if getattr(data_ty, "shape", None) is None or not hasattr(data_ty.shape, "values"):
+        return None
+    dims = list(data_ty.shape.values)
+    axes, begins, ends = (list(getattr(a, "fields", a)) for a in call.args[1:4])
+    strides = list(getattr(call.args[4], "fields", call.args[4])) if len(call.args) > 4 else [1] * len(axes)
+    parsed = [tuple(_int(v) for v in item) for item in zip(axes, begins, ends, strides)]
+    if any(None in item for item in parsed):
+        return None
+    symbolic = [_int(dims[a % len(dims)]) is None for a, _, _, _ in parsed]
+    if not any(symbolic):
+        return None  # TVM's own arithmetic is exact on static dims
+    if any(st <= 0 and not _full_reversal(b, e, st) for (_, b, e, st), sym in zip(parsed, symbolic) if sym):
+        return None  # other negative steps on symbolic axes are left to TVM
+    data = call.args[0]
+    for (axis, begin, end, stride), sym in zip(parsed, symbolic):
+        if sym and stride < 0:
+            data = relax.op.flip(data, axis % len(dims))
+    static = [item for item, sym in zip(parsed, symbolic) if not sym]
+    if static:  # static axes (any step) keep TVM's exact arithmetic, in a slice of their own
+        data = relax.op.strided_slice(data, *(list(part) for part in zip(*static)))
+    parsed = [item for item, sym in zip(parsed, symbolic) if sym]
+    keep: list[tuple[int, Any, Any, int]] = []
+    for axis, begin, end, stride in parsed:
+        if stride < 0:
+            continue  # a reversal, done above
+        dim = dims[axis % len(dims)]
+        if begin == 0 and stride == 1 and end >= HUGE_END:
+            continue  # the whole axis: no slicing at all
+        lo = _simplify(_clamp(begin, dim))
+        keep.append((axis, lo, _simplify(_max(_clamp(end, dim), lo)), stride))
+    if not keep:
+        return data
+    axes_, begins_, ends_, strides_ = (list(part) for part in zip(*keep))
+    return relax.op.strided_slice(data, axes_, [_prim(b) for b in begins_], [_prim(e) for e in ends_],
+                                  strides_, assume_inbound=True)

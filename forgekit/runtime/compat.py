@@ -1,0 +1,81 @@
+"""Can this machine run an artifact?  Answered before any of its code executes.
+
+A library built for AVX-512 loads fine on an AVX2 CPU and then dies with SIGILL on its first kernel, with
+no message; an aarch64 library fails to load with "No such file".  The artifact's metadata says what it
+needs (``build.arch``, ``build.family`` and ``build.cpu_features``: the instruction-set extensions its
+code may use, in LLVM's names); :func:`check_runnable` compares that with what this CPU executes
+(:mod:`forgekit.runtime.cpu`) and says what is missing and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..artifact.layout import device_of
+from ..errors import IncompatibleArtifactError, NotAvailableError
+from .cpu import host_arch, host_features, normalize_arch
+
+#: ELF e_machine -> architecture, for a library given without metadata
+_ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm", 0x03: "x86", 0xF3: "riscv64"}
+
+
+def elf_arch(library: Path) -> str | None:
+    """The CPU architecture of an ELF file, None when it is not one (an encrypted library, say)."""
+    try:
+        with open(library, "rb") as handle:
+            head = handle.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    order = "little" if head[5] == 1 else "big"
+    return _ELF_MACHINES.get(int.from_bytes(head[18:20], order), f"ELF machine {int.from_bytes(head[18:20], order)}")
+
+
+def suggest_target(features: frozenset[str] | set[str], arch: str) -> str:
+    """A forgekit target tag this CPU runs (for the advice in messages)."""
+    if arch == "x86_64":
+        if {"avx512f", "avx512vnni"} <= features:
+            return "x86/cascadelake"
+        if "avx512f" in features:
+            return "x86/skylake-avx512"
+        if {"avx2", "fma"} <= features:
+            return "x86/avx2"
+        return "llvm"
+    if arch == "aarch64":
+        return "raspberry-pi/5" if "dotprod" in features else "arm/aarch64"
+    return "host"
+
+
+def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str | None = None) -> None:
+    """Raise :class:`IncompatibleArtifactError` (one line: what is missing, what to do) unless this machine
+    can execute the artifact described by ``meta`` (and ``library``, whose ELF header is read when the
+    metadata is missing)."""
+    build = meta.get("build", {}) if meta else {}
+    what = f"'{name}'" if name else "The artifact"
+    device = device_of(meta)
+    arch = normalize_arch(str(build.get("arch") or (elf_arch(library) if library else None) or host_arch()))
+    here = host_arch()
+    if device.get("os") != "linux":
+        raise IncompatibleArtifactError(
+            f"{what} is an {device.get('os')} library ({build.get('target_name') or arch}): it runs on the device, "
+            "inside an app or with the forgekit-run program, not on this Linux machine.")
+    if arch != here:
+        raise IncompatibleArtifactError(
+            f"{what} is an {arch} library and this machine is {here}: run it on the board, or check it here with "
+            f"'forgekit verify ARTIFACT --onnx MODEL' (runs it under qemu).")
+    if device.get("kind") != "cpu":
+        raise NotAvailableError(f"{what} is a {device.get('kind')} artifact: forgekit.runtime runs CPU artifacts "
+                                "only; it needs a GPU machine and its runtime.")
+    required = [str(f) for f in build.get("cpu_features") or []]
+    have = host_features()
+    if not required or not have:  # an older artifact, or a CPU that cannot be asked: nothing to compare
+        return
+    missing = [f for f in required if f not in have]
+    if missing:
+        cpu = build.get("cpu") or "its CPU"
+        portable = ", or -t llvm for any x86-64" if arch == "x86_64" else ""
+        raise IncompatibleArtifactError(
+            f"{what} was built for {arch} with {', '.join(missing)} ({cpu}); this CPU lacks {', '.join(missing)}: "
+            f"recompile it for a target this CPU has (e.g. -t {suggest_target(have, here)}{portable}).")

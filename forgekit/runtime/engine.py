@@ -1,0 +1,151 @@
+"""``Engine``: load a compiled artifact and run it, with neither the TVM compiler nor ``import tvm``.
+
+It loads ``libtvm_runtime.so`` next to ``tvm_ffi`` and drives the Relax VM through its packed functions,
+so a deployment needs ``apache-tvm-ffi``, numpy and the runtime library only.  Before any of the
+artifact's code runs it checks that this machine can execute it (:mod:`.compat`); inputs are checked
+against the metadata (:mod:`.inputs`) and copied into aligned buffers (:mod:`.loader`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..artifact.layout import read_metadata, resolve
+from ..errors import ArtifactError, InputError
+from .compat import check_runnable
+from .inputs import check_inputs, example_inputs
+from .loader import aligned_copy, ensure_runtime
+from .stats import latency_stats, time_calls
+
+_DLPACK_CPU = 1
+_POOLED_ALLOCATOR = 2
+
+
+class Engine:
+    """Load a compiled artifact and run it.
+
+    Parameters
+    ----------
+    path:
+        Artifact directory (with ``model_library.so`` and ``metadata.json``) or a library file.
+    key_path, password:
+        For encrypted artifacts: the key file (default: ``modelKey.bin`` next to the library) and the
+        password (default: ``$FORGEKIT_ENCRYPT_PASSWORD``).  The library is decrypted into an anonymous
+        memory file and loaded from there; the plaintext never touches a disk.
+
+    Raises
+    ------
+    ArtifactError
+        Missing or broken artifact; :class:`~forgekit.errors.IncompatibleArtifactError` when it was built
+        for another architecture or for CPU features this CPU lacks (checked before any code runs).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None) -> None:
+        self.path = Path(path)
+        library, meta_path = resolve(self.path)
+        self.library_path = library
+        self.metadata: dict[str, Any] = read_metadata(meta_path) if meta_path else {}
+        check_runnable(self.metadata, library, str(path))
+        ensure_runtime()
+        import tvm_ffi
+
+        from .. import crypto  # only encrypted artifacts need `cryptography`
+
+        self.encrypted = crypto.is_encrypted(library)
+        try:
+            if self.encrypted:
+                from .memload import load_encrypted_module
+
+                key_path, password = crypto.artifact_key(library, key_path, password)
+                module = load_encrypted_module(library, key_path, password)
+            else:
+                module = tvm_ffi.load_module(str(library))
+            self._vm = module["vm_load_executable"]()
+            self._vm["vm_initialization"](_DLPACK_CPU, 0, _POOLED_ALLOCATOR, _DLPACK_CPU, 0, _POOLED_ALLOCATOR)
+            self._main = self._vm["main"]
+        except crypto.EncryptionError:
+            raise
+        except ArtifactError:
+            raise
+        except Exception as exc:
+            raise ArtifactError(f"Cannot load '{library}': {str(exc).strip().splitlines()[0]}") from exc
+        self._module = module  # keeps the shared library loaded as long as the VM lives
+        model = self.metadata.get("model", {})
+        self._inputs = model.get("inputs", [])
+        self._outputs = model.get("outputs", [])
+
+    # ------------------------------------------------------------------ description (from the metadata)
+    input_names = property(lambda self: [t["name"] for t in self._inputs], doc="Input names, in order.")
+    input_shapes = property(lambda self: [tuple(t["shape"]) for t in self._inputs], doc="Symbolic dims are names.")
+    input_dtypes = property(lambda self: [t["dtype"] for t in self._inputs], doc="Input dtypes (numpy names).")
+    output_names = property(lambda self: [t["name"] for t in self._outputs], doc="Output names, in order.")
+    output_shapes = property(lambda self: [tuple(t["shape"]) for t in self._outputs], doc="Symbolic dims: names.")
+    output_dtypes = property(lambda self: [t["dtype"] for t in self._outputs], doc="Output dtypes.")
+
+    # ------------------------------------------------------------------ inference
+    def arrange(self, args: tuple[Any, ...]) -> list[np.ndarray]:
+        """Inputs given positionally or as one ``{name: array}`` dict, checked and aligned, in input order."""
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            feeds = dict(args[0])
+            unknown = sorted(set(feeds) - set(self.input_names))
+            missing = [n for n in self.input_names if n not in feeds]
+            if unknown or missing:
+                raise InputError(f"Inputs by name must be exactly {self.input_names}; "
+                                 f"unknown {unknown}, missing {missing}.")
+            arrays = [feeds[n] for n in self.input_names]
+        else:
+            arrays = list(args)
+        if self._inputs:
+            arrays = check_inputs(self._inputs, arrays)
+        return [aligned_copy(np.asarray(a)) for a in arrays]
+
+    def infer(self, *inputs: Any) -> list[np.ndarray]:
+        """Run the model on arrays given positionally or as one ``{name: array}`` dict.
+
+        Returns the outputs as a list of numpy arrays (copies: they stay valid after the next call).
+        """
+        import tvm_ffi
+
+        arrays = self.arrange(inputs)
+        result = self._main(*[tvm_ffi.from_dlpack(a) for a in arrays])
+        return _flatten(result)
+
+    def prepared_call(self, *inputs: Any) -> Any:
+        """A zero-argument function running the model on ``inputs`` (checked and converted once): what a
+        timer calls, so only the model's own time is measured."""
+        import tvm_ffi
+
+        args = [tvm_ffi.from_dlpack(a) for a in self.arrange(inputs)]
+        main = self._main
+        return lambda: main(*args)
+
+    def warm_up(self, n: int = 1) -> None:
+        """Run ``n`` inferences on zero inputs (first runs pay for memory pools and page faults)."""
+        feeds = self.example_inputs(random=False)
+        for _ in range(n):
+            self.infer(*feeds)
+
+    def example_inputs(self, random: bool = True, seed: int = 0) -> list[np.ndarray]:
+        """Inputs matching the metadata (symbolic dims set to 1): random in [0, 1) or zeros."""
+        return example_inputs(self._inputs, random=random, seed=seed)
+
+    def time_runs(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> list[float]:
+        """Milliseconds of each of ``n`` runs after ``warmup`` untimed ones (inputs checked and converted once)."""
+        if n <= 0:
+            raise InputError(f"Benchmark needs at least one run, got n={n}.")
+        return time_calls(self.prepared_call(*(list(inputs) if inputs is not None else self.example_inputs())),
+                          n, warmup)
+
+    def benchmark(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> dict[str, float]:
+        """Time ``n`` runs after ``warmup`` runs; returns milliseconds (median, p90, mean, min) and throughput."""
+        return latency_stats(self.time_runs(n, warmup, inputs))
+
+
+def _flatten(result: Any) -> list[np.ndarray]:
+    if hasattr(result, "__dlpack__"):
+        return [np.from_dlpack(result).copy()]
+    return [a for item in result for a in _flatten(item)]

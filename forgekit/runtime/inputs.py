@@ -1,0 +1,69 @@
+"""Example inputs made from an artifact's metadata alone (so they can be made for an artifact this machine
+cannot load), and the checks a user's inputs pass before they reach a kernel."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+
+
+def example_inputs(specs: Sequence[Mapping[str, Any]], random: bool = True, seed: int = 0,
+                   sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
+    """Inputs for metadata tensor specs (``{"name", "shape", "dtype"}``): random (floats in [0, 1), 0/1 for
+    masks and booleans, integers in [0, 10)) or zeros.  Symbolic dims take their value from ``sizes``
+    (symbol -> int), else 1."""
+    rng = np.random.default_rng(seed)
+    sizes = sizes or {}
+    out = []
+    for spec in specs:
+        shape = tuple(d if isinstance(d, int) else int(sizes.get(str(d), 1)) for d in spec["shape"])
+        dtype = np.dtype(spec["dtype"])
+        if not random:
+            out.append(np.zeros(shape, dtype))
+        elif dtype.kind == "f":
+            out.append(rng.random(shape, dtype=np.float32).astype(dtype))
+        elif dtype.kind == "b" or "mask" in spec["name"].lower():  # attention masks are 0/1
+            out.append(rng.integers(0, 2, shape).astype(dtype))
+        else:
+            out.append(rng.integers(0, 10, shape).astype(dtype))
+    return out
+
+
+def fmt_shape(shape: Sequence[Any]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any]) -> list[np.ndarray]:
+    """``arrays`` as numpy arrays after checking count, dtype, rank and every static dimension against
+    ``specs``; a symbolic dimension must have the same value wherever its symbol appears.  One-line
+    :class:`InputError` s name the input, what it got and what the model expects."""
+    names = [s["name"] for s in specs]
+    if len(arrays) != len(specs):
+        raise InputError(f"The model takes {len(specs)} input(s) ({', '.join(names)}), got {len(arrays)}.")
+    bound: dict[str, tuple[int, str]] = {}
+    out = []
+    for spec, array in zip(specs, arrays):
+        array = np.asarray(array)
+        name, shape, dtype = spec["name"], spec["shape"], spec["dtype"]
+        if str(array.dtype) != dtype:
+            raise InputError(f"Input '{name}' has dtype {array.dtype}; the model expects {dtype}.")
+        if array.ndim != len(shape):
+            raise InputError(f"Input '{name}' has shape {fmt_shape(array.shape)} ({array.ndim} dimensions); the "
+                             f"model expects {fmt_shape(shape)} ({len(shape)} dimensions).")
+        for axis, (want, got) in enumerate(zip(shape, array.shape)):
+            if isinstance(want, int):
+                if want != got:
+                    raise InputError(f"Input '{name}' has shape {fmt_shape(array.shape)}; the model expects "
+                                     f"{fmt_shape(shape)} (dimension {axis} must be {want}).")
+                continue
+            if got < 1:
+                raise InputError(f"Input '{name}' dimension {axis} ('{want}') is {got}: it must be at least 1.")
+            seen = bound.setdefault(str(want), (got, name))
+            if seen[0] != got:
+                raise InputError(f"Input '{name}' has {want}={got} but input '{seen[1]}' has {want}={seen[0]}: "
+                                 "dimensions with the same name must agree.")
+        out.append(array)
+    return out

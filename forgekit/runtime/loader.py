@@ -1,0 +1,58 @@
+"""The TVM runtime library and buffers it can take: what an artifact needs besides itself.
+
+``libtvm_runtime.so`` (3 MiB) next to ``tvm_ffi`` registers the Relax VM loader; nothing here imports
+the TVM compiler.  Inputs are copied into 64-byte-aligned buffers: TVM's kernels assume that alignment
+and an unaligned buffer crashes the process without a message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ArtifactError
+
+_ALIGN = 64
+_RUNTIME_LOADED = False
+
+
+def runtime_library() -> Path:
+    """Path of ``libtvm_runtime.so``: ``FORGEKIT_TVM_RUNTIME``, else the one in the installed tvm wheel."""
+    env = os.environ.get("FORGEKIT_TVM_RUNTIME")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec("tvm")  # locates the package without executing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ArtifactError("libtvm_runtime.so not found: install apache-tvm or set FORGEKIT_TVM_RUNTIME.")
+    return Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
+
+
+def ensure_runtime() -> None:
+    """Load ``libtvm_runtime.so`` (it registers the Relax VM loader) unless TVM already did."""
+    global _RUNTIME_LOADED
+    if _RUNTIME_LOADED:
+        return
+    import tvm_ffi  # loads libtvm_ffi.so, which libtvm_runtime.so links against
+
+    if tvm_ffi.get_global_func("ffi.Module.load_from_bytes.relax.VMExecutable", allow_missing=True) is None:
+        library = runtime_library()
+        if not library.is_file():
+            raise ArtifactError(f"TVM runtime library '{library}' does not exist: install apache-tvm or set "
+                                "FORGEKIT_TVM_RUNTIME.")
+        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    _RUNTIME_LOADED = True
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when C-contiguous and 64-byte aligned, else an aligned contiguous copy."""
+    if array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0:
+        return array
+    raw = np.empty(array.nbytes + _ALIGN, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % _ALIGN
+    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out

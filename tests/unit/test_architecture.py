@@ -1,0 +1,155 @@
+"""The house plan, enforced: no import cycle inside forgekit/ (top-level and function-level imports alike,
+``if TYPE_CHECKING:`` ones excluded), modules under ~400 lines, and a CLI that only adapts."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "forgekit"
+MAX_LINES = 420
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    walk(sub)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            walk(child)
+
+    walk(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the forgekit modules its import statements execute: the imported module and every package
+    above it that is not a package above the importer (Python runs a package's ``__init__`` before any of
+    its submodules, so a cycle through an ``__init__`` is a real cycle)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        package = name if is_package else name.rpartition(".")[0]
+        for node in _imports(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                for alias in node.names:
+                    sub = f"{prefix}.{alias.name}"
+                    targets.append(sub if sub in modules else prefix)
+            for target in targets:
+                if not target.startswith("forgekit"):
+                    continue
+                while target not in modules and "." in target:
+                    target = target.rpartition(".")[0]
+                chain = target.split(".")
+                own = name.split(".")
+                for depth in range(1, len(chain) + 1):
+                    module = ".".join(chain[:depth])
+                    if module in modules and own[:depth] != chain[:depth] and module != name:
+                        graph[name].add(module)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return cycles
+
+
+def test_no_import_cycle_inside_forgekit() -> None:
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_modules_stay_small(name: str) -> None:
+    lines = len(_modules()[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by concern (house rule: ~400)"
+
+
+def test_cli_holds_no_artifact_crypto_or_compile_logic() -> None:
+    """The verbs adapt: they never call the crypto byte functions, TVM, or write artifact files themselves."""
+    forbidden = ("encrypt_library", "decrypt_library", "export_library", "render_metadata", "atomic_directory",
+                 "import tvm", "from tvm")
+    for path in (PACKAGE / "cli").glob("*.py"):
+        text = path.read_text()
+        hits = [f for f in forbidden if f in text]
+        assert not hits, f"{path.name} does stage work itself: {hits}"
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    """pyproject.toml lists packages by hand: a package left out installs nowhere (forgekit.quantize once did)."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")
+               for p in [p.parent]}
+    assert on_disk - listed == set(), "add these packages to [tool.setuptools] packages in pyproject.toml"

@@ -1,0 +1,119 @@
+"""Graph passes (forgekit/passes/): the slice canonicalization that fixed a miscompile class, numpy folding,
+the ConvertLayout fallback, and the opt-level registry.  Every model is compared with onnxruntime at every
+opt level, on several values of its dynamic dimension."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import forgekit
+from conftest import assert_close, ort_run
+from forgekit.passes import GRAPH_PASSES, OPT_LEVELS, graph_passes, register_pass
+
+INT64_MAX = 2**63 - 1
+
+
+def _model(nodes, inputs, outputs, inits, opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _ints(name: str, values: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def slice_conv(starts: list[int], ends: list[int], axes: list[int]) -> onnx.ModelProto:
+    """The trust issue's 4-node repro: Slice (on the batch axis too) -> Unsqueeze -> Conv -> Relu, batch N."""
+    w = np.random.default_rng(0).standard_normal((4, 1, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"]),
+             helper.make_node("Unsqueeze", ["s", "uax"], ["u"]),
+             helper.make_node("Conv", ["u", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    inits = [_ints("starts", starts), _ints("ends", ends), _ints("axes", axes), _ints("uax", [1]),
+             numpy_helper.from_array(w, "w")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 10, 8])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 4, "H", 8])], inits)
+
+
+def keras_cropping() -> onnx.ModelProto:
+    """What tf2onnx writes for Keras ``Cropping1D((2, 2))`` on a dynamic batch, then a dense head:
+    Slice(starts [0, 2], ends [INT64_MAX, -2], axes [0, 1]) -> Conv1D -> ReduceMean -> MatMul."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Conv", ["t", "w"], ["c"], pads=[1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[2], keepdims=0),
+             helper.make_node("MatMul", ["m", "d"], ["y"])]
+    inits = [_ints("starts", [0, 2]), _ints("ends", [INT64_MAX, -2]), _ints("axes", [0, 1]),
+             numpy_helper.from_array((rng.standard_normal((8, 40, 3)) * 0.2).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "d")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 100, 40])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits, opset=13)
+
+
+def _check_every_level(model: onnx.ModelProto, shape: tuple[int, ...], batches=(1, 3, 8)) -> None:
+    ir = forgekit.from_onnx(model)
+    for level in OPT_LEVELS:
+        run = ir.get_inference_function("host", opt_level=level)
+        for batch in batches:
+            x = np.random.default_rng(batch).random((batch, *shape), dtype=np.float32)
+            expected = ort_run(model, {"x": x})[0]
+            got = run(x)
+            assert got.shape == expected.shape, (level, batch)
+            if expected.size:
+                assert_close(got, expected)
+
+
+@pytest.mark.parametrize("starts, ends, axes", [
+    ([0, 1], [INT64_MAX, INT64_MAX], [0, 1]),  # the repro: "DataflowBlock Pass should not rewrite..." at O3
+    ([0], [5], [0]),  # a static end on the symbolic batch: ConvertLayout fails, NCHW fallback
+    ([1], [-1], [0]),  # x[1:-1] on N = 1: TVM's length was -1 (std::bad_alloc)
+    ([2], [INT64_MAX], [0]),  # x[2:] on N = 1: empty
+    ([0, 1], [2**31 - 1, 9], [0, 1]),  # INT32_MAX "to the end"
+])
+def test_slices_on_a_symbolic_batch_at_every_level(starts, ends, axes) -> None:
+    _check_every_level(slice_conv(starts, ends, axes), (10, 8))
+
+
+def test_keras_cropping_on_a_dynamic_batch_at_every_level() -> None:
+    model = keras_cropping()
+    assert forgekit.from_onnx(model).output_shapes == [("N", 3)]  # not T.min(9223372036854775807, N)
+    _check_every_level(model, (100, 40))
+
+
+def test_numpy_folding_keeps_0d_constants_0d() -> None:
+    """np.ascontiguousarray turned a folded 0-d constant into shape (1,): TVM's default build then failed with
+    'params.size() == args.size() (0 vs. 1)' on a Clip (ReLU6) at opt level 2."""
+    from tvm import relax
+
+    from forgekit.passes.numpy_fold import fold_constants_numpy
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            cond = bb.emit(relax.op.isnan(relax.const(0.0, "float32")))
+            zero = bb.emit(relax.op.where(cond, relax.const(1.0, "float32"), relax.const(0.0, "float32")))
+            out = bb.emit_output(relax.op.maximum(x, zero))
+        bb.emit_func_output(out)
+    folded = fold_constants_numpy(bb.get())
+    (binding,) = folded["main"].body.blocks[0].bindings
+    assert binding.value.args[1].value.numpy().shape == ()
+
+
+def test_registry_by_level_and_options() -> None:
+    names = {level: [p.info.name for p in graph_passes(level)] for level in OPT_LEVELS}
+    assert "FoldConstant" not in names[0] and "FoldConstant" in names[1]
+    assert "forgekit.FoldBatchNorm" in names[2] and "forgekit.FoldBatchNorm" not in names[1]
+    assert "FuseTransposeMatmul" in names[3]
+    assert "ToMixedPrecision" in [p.info.name for p in graph_passes(3, precision="float16")]
+    assert "forgekit.ToNHWCOrKeep" in [p.info.name for p in graph_passes(0, layout="last")]
+    with pytest.raises(ValueError, match="already registered"):
+        register_pass(GRAPH_PASSES[0].name, 0, GRAPH_PASSES[0].make)
