@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, engine, session, x in (("detector", det, det_ort, x_det), ("recognizer", rec, rec_ort, x_rec)):
         ours = median_ms(engine.prepared_call(x), args.runs)
         theirs = median_ms(lambda: session.run(None, {"x": x}), args.runs)
-        print(f"  {name:10s}  forgekit {ours:7.2f} ms   onnxruntime {theirs:7.2f} ms   ({theirs / ours:.2f}x)")
+        verdict = f"{theirs / ours:.2f}x faster" if ours <= theirs else f"{ours / theirs:.2f}x slower"
+        print(f"  {name:10s}  forgekit {ours:7.2f} ms   onnxruntime {theirs:7.2f} ms   (forgekit {verdict})")
     print(f"\nartifacts: {artifacts['det']}  {artifacts['rec']}")
     print("run one again: forgekit run", artifacts["rec"], "--random")
     return 0 if texts and all(texts) else 1
