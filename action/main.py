@@ -202,7 +202,9 @@ def run_action(env: Mapping[str, str], runner: Runner = _run) -> dict[str, str]:
     model = get_input(env, "model")
     if not model:
         raise ActionFailed("input 'model' is required", 2)
-    targets = _list(get_input(env, "targets", "host")) or ["host"]
+    # the portable x86-64 target by default: a release built on a CI runner must run on other CPUs ("host"
+    # would build for the runner's own CPU, and its artifacts die with SIGILL on older ones)
+    targets = _list(get_input(env, "targets", "x86-64")) or ["x86-64"]
     work = Path(get_input(env, "output-path", "forgekit-artifacts") or "forgekit-artifacts")
     version = get_input(env, "version")
     _flag(env, "encrypt")  # validate before the first (slow) step

@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--records", default=None, help="Tuning records directory (default: the user cache).")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--quantize", action="store_true", help="int8 vs fp32 vs onnxruntime (bench_quantize.py).")
+    parser.add_argument("--peer", action="append", default=[], help="Also time openvino (f32 and its default "
+                        "precision) in the same run. Repeatable.")
     import bench_quantize
 
     bench_quantize.add_arguments(parser)
@@ -75,7 +77,9 @@ def main() -> None:
     (out / "artifacts").mkdir(parents=True, exist_ok=True)
     from forgekit.targets import parse_target
 
-    target = {**parse_target(args.target).target, "num-cores": args.threads}
+    spec = parse_target(args.target)
+    # a portable target stays a name (a dict of its baseline would build one level); others get the core count
+    target = args.target if spec.levels else {**spec.target, "num-cores": args.threads}
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  target={target}  threads={args.threads}  "
           f"loadavg={os.getloadavg()}", flush=True)
     rows, records = [], []
@@ -90,13 +94,22 @@ def main() -> None:
         result = ir.compile(target=target, output_path=out / "artifacts" / stem, opt_level=args.opt_level,
                             force_overwrite=True, **options)
         compile_s = time.perf_counter() - start
-        bench = benchmark_artifact(result.path, path, runs=args.runs, threads=args.threads)
+        bench = benchmark_artifact(result.path, path, runs=args.runs, threads=args.threads, peers=args.peer)
         bench.compile_seconds = round(compile_s, 2)  # import + passes + codegen + link, wall clock
         rows.append((stem, bench))
         records.append({"model": stem, **bench.to_dict()})
         print(f"{stem:14s} forgekit {bench.forgekit.median_ms:8.2f} ms   onnxruntime {bench.onnxruntime.median_ms:8.2f} ms"
               f"   ratio {bench.ratio:5.2f}x   compile {compile_s:5.1f} s   match {bench.outputs_match}", flush=True)
+        for label, timing in bench.peers.items():
+            print(f"{'':14s} {label:14s} {timing.median_ms:8.2f} ms   forgekit / {label} {bench.peer_ratio(label):5.2f}x"
+                  f"   its outputs match onnxruntime: {bench.peer_info[label]['outputs_match']}", flush=True)
     table = markdown_table(rows)
+    peer_rows = [f"| {stem} | {label} ({b.peer_info[label]['precision']}) | {t.median_ms:.2f} | "
+                 f"{b.forgekit.median_ms:.2f} | {b.peer_ratio(label):.2f}x | {b.peer_info[label]['max_abs_error']:.1e} |"
+                 for stem, b in rows for label, t in b.peers.items()]
+    if peer_rows:
+        table += ("\n| model | peer | peer ms | forgekit ms | forgekit / peer | peer max abs err vs ORT |\n"
+                  "|---|---|---|---|---|---|\n" + "\n".join(peer_rows) + "\n")
     print()
     print(table)
     print(f"loadavg at end: {os.getloadavg()}")

@@ -70,43 +70,70 @@ def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precisio
     and the best records replace the default rules where they exist.  TVM's own log lines are kept off
     the terminal (:mod:`forgekit.log`); any TVM failure is one :class:`CompileError` line.
     """
+    return build_executables(mod, [spec], opt_level=opt_level, precision=precision, layout=layout, report=report,
+                             tuning=tuning)[0]
+
+
+def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, precision: str = "float32",
+                      layout: str | None = None, report: BuildReport | None = None,
+                      tuning: TuningSetup | None = None, tuned: int = 0) -> list[Any]:
+    """:func:`build_executable` for several CPU targets of one model (the levels of a portable target): the
+    graph passes run once (they do not depend on the target), the lowering and codegen once per target.
+    ``tuning`` applies to ``specs[tuned]`` only (the level this machine runs and can measure).  ``report``
+    gets the first target's schedule rules and the summed lowering time."""
     import tvm
 
-    from .backends.pipeline import lowering_pipeline, uses_cpu_schedules
+    from .backends.pipeline import uses_cpu_schedules
 
     if opt_level not in OPT_LEVELS:
         raise UsageError(f"opt_level must be one of {sorted(OPT_LEVELS)}, got {opt_level!r}.")
-    scheduled = uses_cpu_schedules(opt_level, spec.is_cpu)
+    first = specs[0]
+    scheduled = uses_cpu_schedules(opt_level, first.is_cpu)
     if tuning is not None and not scheduled:
-        raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {spec.name} at level {opt_level}): "
+        raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {first.name} at level {opt_level}): "
                          "drop --tune-trials or change the target/level.")
-    target = tvm_target_for(spec, opt_level)
     report = report or BuildReport(opt_level)
     passes = graph_passes(opt_level, precision=precision, layout=layout)
     report.passes = [p.info.name for p in passes] + (["forgekit.CpuSchedules"] if scheduled else [])
-    if scheduled:
-        from .backends.cpu import STATS
-
-        STATS.clear()
+    executables = []
     try:
         with interrupts.watch(), log.quiet_native("compile"):
             start = time.perf_counter()
             mod = tvm.transform.Sequential(passes)(mod)
             report.seconds["graph_passes"] = round(time.perf_counter() - start, 3)
-            database = _tune(mod, target, tuning, report) if tuning is not None else None
-            pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda,
-                                         database=database)
-            start = time.perf_counter()
-            with target, _device_compiler(spec, opt_level):
-                executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
-            report.seconds["lower_and_codegen"] = round(time.perf_counter() - start, 3)
-        if scheduled:
-            report.schedule_rules = dict(sorted(STATS.items()))
+            for index, spec in enumerate(specs):
+                executables.append(_lower(mod, spec, opt_level, report, tuning if index == tuned else None,
+                                          rules=index == 0))
     except ForgekitError:
         raise
     except Exception as exc:
         interrupts.check(exc)
-        raise CompileError(f"TVM failed to compile for {spec.name}: {log.first_line(exc)}{_hint(str(exc))}") from exc
+        raise CompileError(f"TVM failed to compile for {first.name}: {log.first_line(exc)}{_hint(str(exc))}") from exc
+    return executables
+
+
+def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuning: TuningSetup | None,
+           rules: bool) -> Any:
+    """The backend's lowering pipeline and codegen of a graph-optimised module for one target."""
+    import tvm
+
+    from .backends.pipeline import lowering_pipeline, uses_cpu_schedules
+
+    scheduled = uses_cpu_schedules(opt_level, spec.is_cpu)
+    target = tvm_target_for(spec, opt_level)
+    if scheduled:
+        from .backends.cpu import STATS
+
+        STATS.clear()
+    database = _tune(mod, target, tuning, report) if tuning is not None else None
+    pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database)
+    start = time.perf_counter()
+    with target, _device_compiler(spec, opt_level):
+        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    report.seconds["lower_and_codegen"] = round(report.seconds.get("lower_and_codegen", 0.0)
+                                                + time.perf_counter() - start, 3)
+    if scheduled and rules:
+        report.schedule_rules = dict(sorted(STATS.items()))
     return executable
 
 

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from .artifact.layout import RECORDS_DIR
 from .artifact.outputs import atomic_directory, check_output, check_space
 from .artifact.writer import CompileResult, write_artifact
-from .build import BuildReport, TuningSetup, build_executable
+from .build import BuildReport, TuningSetup, build_executables
 from .errors import UsageError
 from .options import CompileOptions, TuneOptions
 from .targets import parse_target
+from .targets.variants import Variant, variants
 
 if TYPE_CHECKING:
     from .description import ModelDescription
@@ -45,22 +46,44 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
     check_output(output, force=options.force, kind="artifact", inputs=options.inputs)
     check_space(output.absolute(), model.weight_bytes)
     fcompile = spec.family_impl.linker(spec)  # fails fast, before a long build, when the toolchain is missing
+    levels = variants(spec, quantized=model.quantization is not None)
+    tuned = _tuned_level(spec, levels) if options.tuning is not None else 0
 
     start = time.perf_counter()
     report = BuildReport(options.opt_level)
     with contextlib.ExitStack() as stack:
         tuning, staging = None, None
         if options.tuning is not None:
-            tuning, staging = _tuning_setup(stack, spec, output, options.tuning, fcompile, tuning_progress)
-        executable = build_executable(mod, spec, opt_level=options.opt_level, precision=options.precision,
-                                      layout=options.layout, report=report, tuning=tuning)
+            tuning, staging = _tuning_setup(stack, levels[tuned].spec, output, options.tuning, fcompile,
+                                            tuning_progress)
+        built = build_executables(mod, [v.spec for v in levels], opt_level=options.opt_level,
+                                  precision=options.precision, layout=options.layout, report=report, tuning=tuning,
+                                  tuned=tuned)
+        if report.tuning is not None and levels[tuned].name:
+            report.tuning["level"] = levels[tuned].name  # the other levels keep forgekit's default schedules
+        executables = list(zip(levels, built))
         if tuning is not None and tuning.measure is not None and report.tuning is not None:
             report.tuning["measured_on"] = tuning.measure.config.describe()  # records provenance: which board
         with atomic_directory(output, options.force, kind="artifact", inputs=options.inputs) as tmp:
             text = ir_text() if options.export_ir and ir_text is not None else None
-            return write_artifact(tmp, output.absolute(), executable, spec, fcompile, model, options, report, start,
+            return write_artifact(tmp, output.absolute(), executables, spec, fcompile, model, options, report, start,
                                   ir_text=text, records=staging)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _tuned_level(spec: TargetSpec, levels: list[Variant]) -> int:
+    """Which level of a portable target tuning measures: the best this machine runs (the others keep the
+    default schedules).  Tuning over RPC, or for levels this CPU cannot run, needs a single-ISA target."""
+    if len(levels) == 1:
+        return 0
+    from .runtime.cpu import host_features
+
+    here = host_features()
+    runnable = [i for i, v in enumerate(levels) if here and set(v.cpu_features) <= here]
+    if spec.is_cross or not runnable:
+        raise UsageError(f"Tuning times kernels on one CPU, and this machine runs none of the levels of "
+                         f"'{spec.name}': tune a single-ISA target (a tag such as x86/znver4) on such a CPU.")
+    return runnable[0]
 
 
 def _tuning_setup(stack: contextlib.ExitStack, spec: TargetSpec, output: Path, tune: TuneOptions, fcompile: Any,

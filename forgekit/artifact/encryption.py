@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from . import metadata as md
-from .layout import KEY_FILE, LIBRARY_FILE, METADATA_FILE, artifact_dir, file_digest, read_metadata
+from .layout import KEY_FILE, LIBRARY_FILE, METADATA_FILE, artifact_dir, file_digest, library_files, read_metadata
 from .outputs import atomic_directory
 
 
@@ -21,6 +21,8 @@ def rewrite_metadata(directory: Path, encrypted: bool) -> None:
     meta = read_metadata(directory)
     sha, size = file_digest(directory / LIBRARY_FILE)
     meta["library"].update({"encrypted": encrypted, "sha256": sha, "size": size})
+    for entry in meta["library"].get("variants") or []:
+        entry["sha256"], entry["size"] = file_digest(directory / entry["file"])
     (directory / METADATA_FILE).write_text(md.render_metadata(**{k: v for k, v in meta.items() if k != "schema"}))
 
 
@@ -33,8 +35,10 @@ def encrypt_artifact(artifact: str | os.PathLike[str], password: str) -> Path:
     if crypto.is_encrypted(library):
         raise UsageError(f"'{artifact}' is already encrypted.")
     meta = read_metadata(directory)
+    others = [directory / name for name in library_files(meta)[1:]]
     crypto.encrypt_library(library, library, directory / KEY_FILE, password, uuid=meta["uuid"],
-                           fingerprint=meta["model"]["fingerprint"], target=meta["build"]["target_name"])
+                           fingerprint=meta["model"]["fingerprint"], target=meta["build"]["target_name"],
+                           also=[(p, p) for p in others])
     rewrite_metadata(directory, encrypted=True)
     return directory / KEY_FILE
 
@@ -47,7 +51,8 @@ def decrypt_artifact(artifact: str | os.PathLike[str], output: str | os.PathLike
     directory = artifact_dir(artifact)
     key = Path(key_path) if key_path else directory / KEY_FILE
     with atomic_directory(output, force, kind="artifact", inputs=[directory, key]) as tmp:
-        crypto.decrypt_library(directory / LIBRARY_FILE, key, password, tmp / LIBRARY_FILE)
+        for name in library_files(read_metadata(directory)):
+            crypto.decrypt_library(directory / name, key, password, tmp / name)
         shutil.copy2(directory / METADATA_FILE, tmp / METADATA_FILE)
         rewrite_metadata(tmp, encrypted=False)
     return Path(output).absolute()

@@ -22,6 +22,21 @@ RECORDS_DIR = "optimization_artifacts"
 BENCH_FILE = "bench.json"
 
 
+def variant_file(level: str | None) -> str:
+    """File name of one instruction-set level's library (``None``: the baseline, ``model_library.so``)."""
+    return LIBRARY_FILE if level is None else f"model_library.{level}.so"
+
+
+def library_files(meta: dict[str, Any] | None) -> list[str]:
+    """Every library file of an artifact: the baseline ``model_library.so`` first, then the other levels of
+    a portable artifact (``library.variants`` in its metadata)."""
+    names = [LIBRARY_FILE]
+    for entry in ((meta or {}).get("library") or {}).get("variants") or []:
+        if entry.get("file") and entry["file"] not in names:
+            names.append(str(entry["file"]))
+    return names
+
+
 def resolve(path: str | Path) -> tuple[Path, Path | None]:
     """(library, metadata or None) of an artifact directory or of a library file given directly."""
     path = Path(path)

@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CompileError, ForgekitError, OutputWriteError
 from . import metadata as md
-from .layout import IR_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, QUANT_REPORT_FILE, REPORT_FILE, file_digest
+from .layout import (IR_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, QUANT_REPORT_FILE, REPORT_FILE, file_digest,
+                     variant_file)
 
 if TYPE_CHECKING:
     from ..build import BuildReport
     from ..description import ModelDescription
     from ..options import CompileOptions
     from ..targets import TargetSpec
+    from ..targets.variants import Variant
 
 
 @dataclass(frozen=True)
@@ -61,26 +63,37 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
         raise CompileError(f"Linking {LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
 
 
-def write_artifact(tmp: Path, final: Path, executable: Any, spec: TargetSpec, fcompile: Callable[..., Any] | None,
-                   model: ModelDescription, options: CompileOptions, report: BuildReport, start: float,
-                   ir_text: str | None = None, records: Path | None = None) -> CompileResult:
-    """Fill ``tmp`` (renamed to ``final`` by the caller) and return what the artifact will be."""
+def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]], spec: TargetSpec,
+                   fcompile: Callable[..., Any] | None, model: ModelDescription, options: CompileOptions,
+                   report: BuildReport, start: float, ir_text: str | None = None,
+                   records: Path | None = None) -> CompileResult:
+    """Fill ``tmp`` (renamed to ``final`` by the caller) and return what the artifact will be.
+
+    ``executables`` are the instruction-set levels, best first: the last (the baseline every CPU of the
+    family runs) is ``model_library.so``, the others ``model_library.<level>.so``."""
     library = tmp / LIBRARY_FILE
+    files = [(v, tmp / (LIBRARY_FILE if i == len(executables) - 1 else variant_file(v.name)))
+             for i, (v, _) in enumerate(executables)]
     t_export = time.perf_counter()
-    link_library(executable, library, spec, fcompile, options.opt_level)
+    for (variant, path), (_, executable) in zip(files, executables):
+        link_library(executable, path, variant.spec, fcompile, options.opt_level)
     report.seconds["export"] = round(time.perf_counter() - t_export, 3)
     artifact_uuid = options.uuid or str(_uuid.uuid4())
     if options.encrypt_password is not None:
         from .. import crypto
 
         t_encrypt = time.perf_counter()
-        # The library is encrypted in place; the data key, wrapped by the password, goes to modelKey.bin.
+        # Encrypted in place; the data key, wrapped by the password, goes to modelKey.bin (one for all levels).
         crypto.encrypt_library(library, library, tmp / KEY_FILE, options.encrypt_password, uuid=artifact_uuid,
-                               fingerprint=model.fingerprint, target=spec.name)
+                               fingerprint=model.fingerprint, target=spec.name,
+                               also=[(p, p) for _, p in files if p != library])
         report.seconds["encrypt"] = round(time.perf_counter() - t_encrypt, 3)
     compile_seconds = round(time.perf_counter() - start, 3)
     sha, size = file_digest(library)  # of the encrypted file when encrypted: what is shipped
     context = _metadata_context(spec, model, options, artifact_uuid, sha, size, compile_seconds)
+    context["build"]["levels"] = [v.name for v, _ in files if v.name]
+    if len(files) > 1:
+        context["library"]["variants"] = [variant_entry(v.name, p, v.cpu_features) for v, p in files]
     (tmp / METADATA_FILE).write_text(md.render_metadata(**context))
     if ir_text is not None:
         (tmp / IR_FILE).write_text(ir_text)
@@ -94,6 +107,12 @@ def write_artifact(tmp: Path, final: Path, executable: Any, spec: TargetSpec, fc
         (tmp / REPORT_FILE).write_text(json.dumps(data, indent=2) + "\n")
     written = json.loads((tmp / METADATA_FILE).read_text())
     return CompileResult(final, final / LIBRARY_FILE, written, dict(report.schedule_rules or {}))
+
+
+def variant_entry(level: str | None, path: Path, cpu_features: list[str]) -> dict[str, Any]:
+    """One level of a portable artifact as ``library.variants`` lists it."""
+    sha, size = file_digest(path)
+    return {"name": level, "file": path.name, "sha256": sha, "size": size, "cpu_features": cpu_features}
 
 
 def _metadata_context(spec: TargetSpec, model: ModelDescription, options: CompileOptions, artifact_uuid: str,
@@ -129,7 +148,8 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "cpu": spec.host_dict.get("mcpu"),
             "features": list(spec.host_dict.get("mattr", [])),
             # What the running CPU must have (checked by forgekit.runtime before any code runs).
-            "cpu_features": spec.cpu_features(),
+            "cpu_features": spec.cpu_features(),  # of the baseline level for a portable target
+            "levels": [],  # the instruction-set levels built (portable targets; see write_artifact)
             "gpu_arch": spec.target.get("arch") if spec.is_cuda else None,
             "toolchain": spec.family_impl.toolchain(spec),
             "compile_seconds": compile_seconds,

@@ -178,10 +178,15 @@ def _summary(model: str, result: Any, opt_level: int) -> None:
         top = ", ".join(f"{name} {count}" for name, count in rules.most_common(4))
         more = " ..." if len(rules) > 4 else ""
         print(f"kernels:  {sum(rules.values())} scheduled by forgekit's rules ({top}{more})")
+    levels = library.get("variants") or []
+    if levels:  # a portable artifact: one library per instruction-set level, the best loaded at run time
+        total = sum(v["size"] for v in levels) / 1e6
+        print(f"levels:   {', '.join(v['name'] for v in levels)} ({total:.1f} MB in all; "
+              "the best level a CPU has is loaded)")
     if build.get("arch"):
         features = build.get("cpu_features") or []
         print(f"runs on:  {describe_features(build['arch'], features) if features else build['arch']}"
-              + (" (metadata.json: build.cpu_features)" if features else ""))
+              + (" or better" if levels else "") + (" (metadata.json: build.cpu_features)" if features else ""))
 
 
 @app.command("quantize-report")

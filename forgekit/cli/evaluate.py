@@ -34,6 +34,9 @@ def bench(
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, metavar="N", help="Threads for both runtimes "
                                                    "(default: the target's core count).")] = None,
     no_memory: Annotated[bool, typer.Option("--no-memory", help="Skip the peak-RSS probes.")] = False,
+    peer: Annotated[Optional[list[str]], typer.Option("--peer", metavar="RUNTIME", help="Also time another "
+                                                      "runtime on --onnx: openvino (f32 and its default "
+                                                      "precision). Repeatable.")] = None,
     json_out: JsonOpt = None,
     markdown_out: Annotated[Optional[str], typer.Option("--markdown", metavar="FILE",
                                                         help="Also write a markdown table.")] = None,
@@ -49,16 +52,25 @@ def bench(
 
     result = benchmark_artifact(artifact, optional_model(onnx_model), runs=runs, warmup=warmup, threads=threads,
                                 memory=not no_memory, key_path=key, password=password_if_encrypted(artifact, password_file),
-                                rpc=rpc)
+                                rpc=rpc, peers=peer or ())
     fk, ort = result.forgekit, result.onnxruntime
     if "rpc" in result.extra:
         rpc = result.extra["rpc"]
         print(f"device       {rpc['device']} ({rpc.get('remote_arch') or 'unknown arch'}), timed there")
     print(_line("forgekit", fk))
+    if "level" in result.extra:  # a portable artifact: the instruction-set level this CPU ran
+        print(f"level        {result.extra['level']}, chosen for this CPU")
     if ort is not None:
         print(_line("onnxruntime", ort))
         verdict = "faster" if result.ratio < 1 else "slower"
         print(f"ratio        {result.ratio:.2f}x onnxruntime's latency ({verdict}), {result.threads} thread(s)")
+    for label, timing in result.peers.items():
+        info = result.peer_info[label]
+        ratio = result.peer_ratio(label)
+        print(_line(label, timing))
+        print(f"{'':12s} forgekit {ratio:.2f}x its latency ({'faster' if ratio < 1 else 'slower'}); its outputs "
+              f"{'match' if info['outputs_match'] else 'differ from'} onnxruntime's "
+              f"(max abs error {info['max_abs_error']:.2e})")
     if result.outputs_match is not None:
         print(f"outputs      {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
               f"(max abs error {result.max_abs_error:.2e})")

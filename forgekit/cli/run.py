@@ -114,3 +114,5 @@ def run(
         print(f"latency: median {stats['median_ms']:.2f} ms, p90 {stats['p90_ms']:.2f} ms over {bench} runs "
               f"(load {load_ms:.0f} ms)")
     print(f"artifact: {Path(artifact).absolute()}")
+    if engine.level is not None:  # a portable artifact: which of its instruction-set levels this CPU runs
+        print(f"level: {engine.level} ({engine.library_path.name}), chosen for this CPU")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import uuid as uuid_module
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -135,7 +136,8 @@ def _iter_plaintext(enc_path: PathLike, key_path: PathLike | None, password: Pas
 def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike, password: Password, *,
                     uuid: str | uuid_module.UUID | None, fingerprint: str, target: str,
                     chunk_size: int = fmt.DEFAULT_CHUNK_SIZE, kdf_n: int = fmt.DEFAULT_KDF_N,
-                    kdf_r: int = fmt.DEFAULT_KDF_R, kdf_p: int = fmt.DEFAULT_KDF_P) -> dict[str, Any]:
+                    kdf_r: int = fmt.DEFAULT_KDF_R, kdf_p: int = fmt.DEFAULT_KDF_P,
+                    also: Sequence[tuple[PathLike, PathLike]] = ()) -> dict[str, Any]:
     """Encrypt a compiled model library and write its key file.
 
     A fresh random 256-bit data key encrypts ``plain_path`` with AES-256-GCM in chunks of ``chunk_size``
@@ -166,6 +168,9 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
     kdf_n, kdf_r, kdf_p:
         scrypt cost (default n=2**16, r=8, p=1: about 170 ms and 64 MiB per derivation).  Lower values are
         for tests only.
+    also:
+        More (plaintext, encrypted) library pairs encrypted under the same data key and key file: the
+        instruction-set levels of a portable artifact.
 
     Returns
     -------
@@ -205,6 +210,39 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
 
     data_key = AESGCM.generate_key(bit_length=256)
     key_id = _key_id(data_key)
+    key = KeyFile(uuid=uuid_str, fingerprint=fingerprint, key_id=key_id, kdf_n=kdf_n, kdf_r=kdf_r,
+                  kdf_p=kdf_p, salt=os.urandom(fmt.SALT_SIZE))
+    key_bytes = _wrap(key, secret, data_key)
+    aead = AESGCM(data_key)
+    with contextlib.ExitStack() as stack:
+        key_w = stack.enter_context(AtomicWriter(key_out))
+        writers, headers = [], []
+        # Every library gets its own header and random nonce prefix under the one data key (2**-64 chance
+        # of a prefix collision per pair), so one key file and one password open all levels of an artifact.
+        for src_path, dst_path in [(plain, out), *((Path(a), Path(b)) for a, b in also)]:
+            writer = stack.enter_context(AtomicWriter(dst_path))
+            headers.append(_encrypt_file(src_path, writer, aead, uuid_str, fingerprint, target, key_id, chunk_size))
+            writers.append(writer)
+        key_w.file.write(key_bytes)
+        for writer in writers:
+            writer.flush()
+        key_w.flush()
+        # key first: when encrypting in place, a failure between the renames must not leave an encrypted
+        # library whose key was never written (the plaintext would be lost)
+        key_w.commit()
+        for writer in writers:
+            writer.commit()
+    return headers[0].public()
+
+
+def _encrypt_file(plain: Path, lib_w: AtomicWriter, aead: AESGCM, uuid_str: str, fingerprint: str, target: str,
+                  key_id: bytes, chunk_size: int) -> LibraryHeader:
+    """Write the header and the encrypted chunks of ``plain`` to ``lib_w`` (not committed)."""
+    if not plain.is_file():
+        raise ArtifactError(f"Library '{plain}' does not exist or is not a file: compile the model first.")
+    if is_encrypted(plain):
+        raise UsageError(f"'{plain}' is already an encrypted forgekit library: encrypt the plaintext library, or "
+                         f"use rekey to change the password.")
     with open(plain, "rb") as src:
         size = os.fstat(src.fileno()).st_size
         header = LibraryHeader(uuid=uuid_str, fingerprint=fingerprint, target=target, key_id=key_id,
@@ -214,33 +252,21 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
         header = LibraryHeader(**{**header.__dict__, "digest": head[-fmt.DIGEST_SIZE:], "size": len(head)})
         if header.num_chunks > fmt.MAX_CHUNKS:
             raise UsageError(f"The library is too large for chunk size {chunk_size}: use a larger chunk size.")
-        key = KeyFile(uuid=uuid_str, fingerprint=fingerprint, key_id=key_id, kdf_n=kdf_n, kdf_r=kdf_r,
-                      kdf_p=kdf_p, salt=os.urandom(fmt.SALT_SIZE))
-        key_bytes = _wrap(key, secret, data_key)
-        aead = AESGCM(data_key)
-        with AtomicWriter(out) as lib_w, AtomicWriter(key_out) as key_w:
-            lib_w.file.write(head)
-            n = header.num_chunks
-            block_buf = memoryview(bytearray(header.chunk_length(0)))
-            out_buf = memoryview(bytearray(header.chunk_length(0) + fmt.TAG_SIZE))
-            for index in range(n):
-                length = header.chunk_length(index)
-                block = block_buf[:length]
-                if src.readinto(block) != length:
-                    raise ArtifactError(f"Library '{plain}' changed size while it was being encrypted: retry.")
-                lib_w.file.write(_encrypt_chunk(aead, _chunk_nonce(header, index), block,
-                                                _chunk_aad(header, index, index == n - 1),
-                                                out_buf[:length + fmt.TAG_SIZE]))
-            if src.read(1):
+        lib_w.file.write(head)
+        n = header.num_chunks
+        block_buf = memoryview(bytearray(header.chunk_length(0)))
+        out_buf = memoryview(bytearray(header.chunk_length(0) + fmt.TAG_SIZE))
+        for index in range(n):
+            length = header.chunk_length(index)
+            block = block_buf[:length]
+            if src.readinto(block) != length:
                 raise ArtifactError(f"Library '{plain}' changed size while it was being encrypted: retry.")
-            key_w.file.write(key_bytes)
-            lib_w.flush()
-            key_w.flush()
-            # key first: when encrypting in place, a failure between the two renames must not leave an
-            # encrypted library whose key was never written (the plaintext would be lost)
-            key_w.commit()
-            lib_w.commit()
-    return header.public()
+            lib_w.file.write(_encrypt_chunk(aead, _chunk_nonce(header, index), block,
+                                            _chunk_aad(header, index, index == n - 1),
+                                            out_buf[:length + fmt.TAG_SIZE]))
+        if src.read(1):
+            raise ArtifactError(f"Library '{plain}' changed size while it was being encrypted: retry.")
+    return header
 
 
 def decrypt_library_bytes(enc_path: PathLike, key_path: PathLike | None, password: Password | None) -> bytes:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..artifact.layout import LIBRARY_FILE, METADATA_FILE
+from ..artifact.layout import LIBRARY_FILE, METADATA_FILE, library_files, read_metadata
 from ..errors import ForgekitError, VerificationError
 from ..log import last_line
 
@@ -25,13 +25,20 @@ def stage_artifact(library: Path, meta_path: Path | None, dest: Path, key_path: 
     from .. import crypto
 
     dest.mkdir(parents=True)
+    meta = None
     if meta_path is not None:
         shutil.copy2(meta_path, dest / METADATA_FILE)
+        meta = read_metadata(meta_path)
+    # every instruction-set level goes along: the device's runtime picks the one its CPU runs
+    names = library_files(meta) if library.name == LIBRARY_FILE else [LIBRARY_FILE]
+    sources = [library if name == LIBRARY_FILE else library.parent / name for name in names]
     if not crypto.is_encrypted(library):
-        shutil.copy2(library, dest / LIBRARY_FILE)
+        for name, source in zip(names, sources):
+            shutil.copy2(source, dest / name)
         return dest
     key_path, password = crypto.artifact_key(library, key_path, password)
-    crypto.decrypt_library(library, key_path, password, dest / LIBRARY_FILE)
+    for name, source in zip(names, sources):
+        crypto.decrypt_library(source, key_path, password, dest / name)
     return dest
 
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..artifact.layout import device_of, read_metadata, resolve
 from ..errors import ArtifactError, ForgekitError, UsageError
@@ -54,15 +54,24 @@ class BenchResult:
     outputs_match: bool | None = None
     target: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: other runtimes timed in the same run (``--peer openvino``): label -> timing, and label -> precision and
+    #: agreement with onnxruntime (``max_abs_error``, ``output_scale``, ``outputs_match``)
+    peers: dict[str, Timing] = field(default_factory=dict)
+    peer_info: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
         """forgekit median / onnxruntime median (below 1: forgekit is faster)."""
         return self.forgekit.median_ms / self.onnxruntime.median_ms if self.onnxruntime else None
 
+    def peer_ratio(self, label: str) -> float:
+        """forgekit median / a peer's median (below 1: forgekit is faster)."""
+        return self.forgekit.median_ms / self.peers[label].median_ms
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ratio"] = self.ratio
+        data["peer_ratios"] = {label: self.peer_ratio(label) for label in self.peers}
         return data
 
 
@@ -90,7 +99,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        runs: int = 20, warmup: int = 3, threads: int | None = None, memory: bool = True,
                        key_path: str | None = None, password: str | None = None,
                        rtol: float = 1e-3, atol: float = 1e-4, rpc_tracker: str | None = None,
-                       rpc_key: str | None = None, rpc_host: str | None = None, rpc: Any = None) -> BenchResult:
+                       rpc_key: str | None = None, rpc_host: str | None = None, rpc: Any = None,
+                       peers: Sequence[str] = ()) -> BenchResult:
     """Time ``artifact`` (and ``onnx_model`` under onnxruntime, same threads, same inputs, same run).
 
     Parameters
@@ -113,6 +123,9 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
         registered with, or one server ``HOST:PORT`` (see :mod:`forgekit.devices.rpc_device`), or ``rpc``, a
         :class:`~forgekit.devices.rpc.RpcConfig`.  Outputs are still compared with onnxruntime on this machine;
         ``threads`` and ``memory`` do not apply.
+    peers:
+        Other runtimes to time on ``onnx_model`` in the same run (:data:`forgekit.evaluate.peers.PEERS`:
+        ``openvino``, at f32 and at its default precision); their outputs are compared with onnxruntime's.
     """
     from ..devices.rpc import RpcConfig
 
@@ -122,6 +135,12 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     library, meta_path = resolve(artifact)
     meta = read_metadata(meta_path) if meta_path else {}
     build = meta.get("build", {})
+    from .peers import check_peers
+
+    peers = check_peers(peers)
+    if peers and (onnx_model is None or remote is not None):
+        raise UsageError("--peer times other runtimes on the ONNX model on this machine: give --onnx MODEL, "
+                         "and no RPC device.")
     if onnx_model is not None:
         from ..importer.load import load_onnx
 
@@ -135,7 +154,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     with tempfile.TemporaryDirectory(prefix="forgekit-bench-") as tmp:
         job = {"mode": "time", "artifact": str(Path(artifact).absolute()), "onnx": onnx_model, "threads": threads,
                "runs": runs, "warmup": warmup, "key_path": key_path, "rtol": rtol, "atol": atol,
-               "inputs_npz": str(Path(tmp) / "inputs.npz")}
+               "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers}
         data = _spawn(job, threads, password)
         timings = data["timings"]
         fk = Timing(**timings["forgekit"])
@@ -148,7 +167,10 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     return BenchResult(artifact=str(artifact), threads=threads, forgekit=fk, onnxruntime=ort,
                        compile_seconds=build.get("compile_seconds"), max_abs_error=data.get("max_abs_error"),
                        output_scale=data.get("output_scale"), outputs_match=data.get("outputs_match"),
-                       target=build.get("target_name"))
+                       target=build.get("target_name"),
+                       extra={"level": data["level"]} if data.get("level") else {},
+                       peers={k: Timing(**timings[k]) for k in data.get("peers") or {}},
+                       peer_info=dict(data.get("peers") or {}))
 
 
 def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: str | None = None, *, runs: int = 20,

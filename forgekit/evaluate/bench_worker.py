@@ -59,11 +59,20 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     fns = {"forgekit": engine.prepared_call(*arrays)}
     np.savez(job["inputs_npz"], *arrays)  # the same inputs for the memory probe of onnxruntime
-    result: dict[str, Any] = {"names": engine.input_names}
+    result: dict[str, Any] = {"names": engine.input_names, "level": engine.level}
     if session is not None:
         feeds = reference.feeds(session, engine.input_names, arrays, f"'{job['onnx']}'")
         fns["onnxruntime"] = lambda: session.run(None, feeds)
-        result.update(compare_outputs(engine.infer(*arrays), reference.run(session, feeds), job["rtol"], job["atol"]))
+        expected = reference.run(session, feeds)
+        result.update(compare_outputs(engine.infer(*arrays), expected, job["rtol"], job["atol"]))
+        from . import peers
+
+        result["peers"] = {}
+        for peer in job.get("peers") or []:  # timed in the same alternating blocks as forgekit and onnxruntime
+            for run in peers.prepare(peer, job["onnx"], job["threads"], arrays):
+                fns[run.label] = run.call
+                result["peers"][run.label] = {"precision": run.precision,
+                                              **compare_outputs(run.outputs, expected, job["rtol"], job["atol"])}
     runs, warmup = job["runs"], job["warmup"]
     for fn in fns.values():
         for _ in range(warmup):

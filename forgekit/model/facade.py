@@ -341,8 +341,8 @@ class IRModule(QuantizationMixin):
         """Compile to a deployable artifact directory; returns a :class:`~forgekit.compiler.CompileResult`.
 
         ``target``/``host``: anything :func:`forgekit.targets.parse_target` accepts (default
-        :data:`forgekit.options.DEFAULT_TARGET`, this machine's CPU).  ``output_path`` must not exist (or be
-        empty) unless ``force_overwrite``, which only ever replaces a forgekit artifact.  ``opt_level`` 0-4
+        :data:`forgekit.options.DEFAULT_TARGET`: portable, ``x86-64`` on x86-64 machines).  ``output_path``
+        must not exist (or be empty) unless ``force_overwrite``, which only ever replaces a forgekit artifact.  ``opt_level`` 0-4
         (see :mod:`forgekit.passes`); ``set_float16`` computes conv/matmul in fp16 with fp32 accumulation;
         ``set_channel_layout="last"`` converts to NHWC; ``export_relay`` also writes the IR as TVMScript,
         ``export_metadata`` a ``compile_report.json``; ``uuid`` is recorded (random by default);

@@ -71,6 +71,9 @@ def requirements(build: dict[str, Any]) -> dict[str, str]:
     features = [str(f) for f in build.get("cpu_features") or []]
     device = device_of({"build": build})
     runs_on = describe_features(arch, features) if features else arch
+    levels = [str(v) for v in build.get("levels") or []]
+    if len(levels) > 1:  # a portable artifact: the baseline is the requirement, better CPUs load better code
+        runs_on += f" or better; levels {', '.join(levels)}, the best the CPU has is loaded"
     if device.get("kind") != "cpu":
         runs_on += f" + {device.get('kind')} {build.get('gpu_arch') or ''}".rstrip()
     return {"runs_on": runs_on, "os": str(device.get("os", "linux")),

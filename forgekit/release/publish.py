@@ -30,6 +30,7 @@ from typing import Any, Iterable
 
 from ..artifact import metadata as md
 from ..artifact.layout import (BENCH_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, REPORT_FILE, artifact_dir,
+                               library_files,
                                file_digest, read_metadata)
 from ..artifact.outputs import atomic_directory
 from ..errors import ArtifactError, UsageError
@@ -109,9 +110,12 @@ def _load_artifact(path: Path) -> _Artifact:
     except (ValueError, KeyError, TypeError) as exc:
         raise ArtifactError(f"'{path / METADATA_FILE}' is not valid forgekit metadata ({exc!r}).") from None
     # A release must ship exactly what was compiled: refuse a library changed since metadata.json was written.
-    if file_digest(path / LIBRARY_FILE)[0] != recorded:
-        raise ArtifactError(f"'{path / LIBRARY_FILE}' does not match the sha256 in its metadata.json: "
-                            "the artifact was modified after compiling.")
+    levels = {LIBRARY_FILE: recorded, **{str(v.get("file")): v.get("sha256")
+                                         for v in meta["library"].get("variants") or [] if v.get("file") != LIBRARY_FILE}}
+    for name, sha in levels.items():
+        if not (path / name).is_file() or file_digest(path / name)[0] != sha:
+            raise ArtifactError(f"'{path / name}' does not match the sha256 in its metadata.json: "
+                                "the artifact was modified after compiling.")
     return _Artifact(path, meta, target)
 
 
@@ -260,7 +264,7 @@ def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stag
     top = f"{model}-{sanitize(version)}-{sanitize(artifact.target)}"
     folder = stage / top
     folder.mkdir(parents=True)
-    members = [Member(LIBRARY_FILE, artifact.path / LIBRARY_FILE),
+    members = [*(Member(name, artifact.path / name) for name in library_files(artifact.meta)),
                Member(METADATA_FILE, artifact.path / METADATA_FILE)]
     if (artifact.path / REPORT_FILE).is_file():
         members.append(Member(REPORT_FILE, artifact.path / REPORT_FILE))

@@ -79,3 +79,36 @@ def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str 
         raise IncompatibleArtifactError(
             f"{what} was built for {arch} with {', '.join(missing)} ({cpu}); this CPU lacks {', '.join(missing)}: "
             f"recompile it for a target this CPU has (e.g. -t {suggest_target(have, here)}{portable}).")
+
+
+#: force one instruction-set level of a portable artifact (benchmarks, tests); it must still run here
+LEVEL_ENV = "FORGEKIT_LEVEL"
+
+
+def choose_library(meta: dict[str, Any], library: Path, name: str | None = None) -> tuple[Path, str | None]:
+    """The library of a portable artifact that this CPU runs best, and its level name.
+
+    ``library.variants`` lists the levels best first, each with the CPU features it needs; the first this
+    CPU has all of wins (the baseline, ``model_library.so``, is last and :func:`check_runnable` has already
+    checked it).  A CPU that cannot be asked gets the baseline.  A single-ISA artifact: ``(library, None)``.
+    """
+    import os
+
+    levels = ((meta or {}).get("library") or {}).get("variants") or []
+    if not levels or library.name != (meta.get("library") or {}).get("file", library.name):
+        return library, None
+    have = host_features()
+    runnable = [v for v in levels if have and set(v.get("cpu_features") or []) <= have]
+    forced = os.environ.get(LEVEL_ENV, "").strip()
+    if forced:
+        names = [str(v.get("name")) for v in levels]
+        if forced not in names:
+            raise IncompatibleArtifactError(f"{LEVEL_ENV}={forced} is not a level of {name or library}: it has "
+                                            f"{', '.join(names)}.")
+        if have and forced not in [str(v.get("name")) for v in runnable]:
+            raise IncompatibleArtifactError(f"{LEVEL_ENV}={forced}: this CPU cannot run that level of "
+                                            f"{name or library}; unset it to let forgekit choose.")
+        chosen = next(v for v in levels if v.get("name") == forced)
+    else:
+        chosen = runnable[0] if runnable else levels[-1]
+    return library.parent / str(chosen["file"]), str(chosen["name"])

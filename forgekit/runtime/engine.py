@@ -16,7 +16,7 @@ import numpy as np
 
 from ..artifact.layout import read_metadata, resolve
 from ..errors import ArtifactError, InputError
-from .compat import check_runnable
+from .compat import check_runnable, choose_library
 from .inputs import check_inputs, example_inputs
 from .loader import aligned_copy, ensure_runtime
 from .stats import latency_stats, time_calls
@@ -50,6 +50,9 @@ class Engine:
         self.library_path = library
         self.metadata: dict[str, Any] = read_metadata(meta_path) if meta_path else {}
         check_runnable(self.metadata, library, str(path))
+        #: the instruction-set level chosen for this CPU (portable artifacts; None for single-ISA ones)
+        library, self.level = choose_library(self.metadata, library, str(path))
+        self.library_path = library
         ensure_runtime()
         import tvm_ffi
 

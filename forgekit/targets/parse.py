@@ -16,13 +16,14 @@ import difflib
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import TargetError
 from ..log import first_line
 from ..runtime.cpu import host_arch, normalize_arch
 from .tags import HOST_NAMES, TAGS
+from .variants import baseline_target, level_names, portable_arch
 
 # Options whose TVM type is Array<str>; a legacy string gives them comma-separated.
 _LIST_OPTIONS = {"mattr", "keys", "libs", "cl-opt"}
@@ -47,6 +48,9 @@ class TargetSpec:
         ``x86``, ``arm``, ``armhf``, ``android``, ``cuda`` or ``other``: which toolchain links it.
     system_lib:
         The legacy ``-system-lib`` flag was given.
+    levels:
+        For a portable target (``x86-64``, bare ``llvm``, ``arm/aarch64``): the instruction-set levels
+        built into the artifact (:mod:`forgekit.targets.variants`); ``target`` is then the baseline level.
     """
 
     target: dict[str, Any]
@@ -54,7 +58,7 @@ class TargetSpec:
     name: str = ""
     family: str = "other"
     system_lib: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    levels: tuple[str, ...] = ()
 
     @property
     def host_family(self) -> str:
@@ -144,7 +148,7 @@ class TargetSpec:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description used in metadata."""
         return {"name": self.name, "family": self.family, "target": self.target, "host": self.host_dict,
-                "triple": self.triple or _host_triple(), "arch": self.arch}
+                "triple": self.triple or _host_triple(), "arch": self.arch, "levels": list(self.levels)}
 
 
 def _to_string(d: dict[str, Any]) -> str:
@@ -302,10 +306,11 @@ def parse_target(target: Any, host: Any = None) -> TargetSpec:
     """
     if isinstance(target, TargetSpec) and host is None:
         return target
-    name, system_lib, family = "", False, None
+    name, system_lib, family, levels = "", False, None, ()
     tdict: dict[str, Any]
     if isinstance(target, TargetSpec):
         tdict, name, family, system_lib = dict(target.target), target.name, target.family, target.system_lib
+        levels = target.levels
     elif isinstance(target, dict):
         tdict = dict(target)
     elif isinstance(target, str):
@@ -356,6 +361,11 @@ def parse_target(target: Any, host: Any = None) -> TargetSpec:
         family=family or _family_of(tdict, host_dict),
         system_lib=system_lib,
     )
+    portable = portable_arch(name, tdict, host_arch()) if spec.is_cpu and not levels else None
+    if portable is not None:
+        spec = replace(spec, target=baseline_target(portable, tdict), levels=level_names(portable))
+    elif levels:
+        spec = replace(spec, levels=levels)
     spec.tvm_target()  # validate every option now, with a one-line error
     check_llvm_cpu(spec.host_dict, spec.triple or _host_triple())
     return spec

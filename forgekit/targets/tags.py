@@ -45,7 +45,8 @@ TAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "raspberry-pi/3-armhf": ("armhf", "Raspberry Pi 3, 32-bit OS (ARMv7 hard-float)", _armhf("cortex-a53")),
     "raspberry-pi/4-armhf": ("armhf", "Raspberry Pi 4, 32-bit OS (ARMv7 hard-float)", _armhf("cortex-a72")),
     # Generic aarch64 Linux boards.
-    "arm/aarch64": ("arm", "Generic ARMv8-A Linux (NEON)", _arm64("generic", 4)),
+    "arm/aarch64": ("arm", "Any ARMv8-A Linux (NEON; int8 also with dot-product kernels, chosen at load time)",
+                    _arm64("generic", 4)),
     "arm/neoverse-n1": ("arm", "AWS Graviton2 / Ampere Altra (Neoverse-N1)", _arm64("neoverse-n1", 4, "+dotprod")),
     # Android.  armeabi-v7a is the softfp ABI (float arguments in core registers); LLVM spells that
     # "soft" while still using the VFP/NEON units through -mattr.  API level is a link-time concern (see the android family), not a codegen one.
@@ -69,7 +70,10 @@ TAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                     _cuda("sm_87", _arm64("cortex-a78", 12, "+dotprod"))),
     "jetson/orin-nano": ("cuda", "Jetson Orin Nano GPU (Ampere sm_87)",
                          _cuda("sm_87", _arm64("cortex-a78", 6, "+dotprod"))),
-    # x86-64 generations.
+    # x86-64 generations.  x86-64 (and bare "llvm") is portable: kernels for x86-64-v2/v3/v4 in one artifact,
+    # chosen by CPUID at load time (forgekit.targets.variants); the dict here is its baseline level.
+    "x86-64": ("x86", "Any x86-64: SSE4.2, AVX2 and AVX-512 kernels, the best chosen at load time",
+               _x86("x86-64-v2")),
     "x86/avx2": ("x86", "Any x86-64 with AVX2+FMA (Haswell and later, Zen 1 and later)", _x86("haswell")),
     "x86/skylake-avx512": ("x86", "Intel Skylake-SP/X (AVX-512)", _x86("skylake-avx512")),
     "x86/cascadelake": ("x86", "Intel Cascade Lake (AVX-512 VNNI)", _x86("cascadelake")),

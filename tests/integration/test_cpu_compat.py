@@ -48,7 +48,8 @@ def artifacts(convnet_path: Path, tmp_path_factory: pytest.TempPathFactory) -> d
 def test_metadata_records_the_cpu_features(artifacts: dict[str, Path]) -> None:
     features = {k: json.loads((p / "metadata.json").read_text())["build"]["cpu_features"] for k, p in artifacts.items()}
     assert {"avx2", "fma"} <= set(features["avx2"]) and "avx512f" not in features["avx2"]
-    assert features["portable"] == ["sse", "sse2"]
+    # the portable target records its baseline level (x86-64-v2: SSE4.2) as what a CPU must have
+    assert {"sse4.2", "popcnt"} <= set(features["portable"]) and "avx" not in features["portable"]
     assert {"neon", "dotprod"} <= set(features["pi5"])
     from forgekit.runtime.cpu import host_features
 
@@ -76,6 +77,42 @@ def test_avx2_artifact_runs_on_haswell_and_is_refused_on_nehalem(artifacts: dict
     assert old.returncode == 16 and "avx" in error_lines(old)[0], old.stderr
     portable = emulated("Nehalem", "run", str(artifacts["portable"]), "--random", "--bench", "0")
     assert portable.returncode == 0, portable.stderr
+
+
+def test_one_portable_artifact_picks_the_best_level_each_cpu_has(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    """Bare ``llvm`` (like ``x86-64``) builds x86-64-v2/v3/v4 libraries into one artifact; each emulated CPU
+    loads the best level it has, and every level computes the same outputs as this machine's choice."""
+    import numpy as np
+
+    from forgekit.runtime.cpu import host_features
+
+    portable = artifacts["portable"]
+    meta = json.loads((portable / "metadata.json").read_text())
+    assert [v["name"] for v in meta["library"]["variants"]] == ["x86-64-v4", "x86-64-v3", "x86-64-v2"]
+    native = subprocess.run([sys.executable, "-m", "forgekit", "run", str(portable), "--random", "--bench", "0",
+                             "--save", str(tmp_path / "native.npz")], capture_output=True, text=True, timeout=300)
+    assert native.returncode == 0, native.stderr
+    if "avx512f" in host_features():
+        assert "level: x86-64-v4 (model_library.x86-64-v4.so)" in native.stdout, native.stdout
+    with np.load(tmp_path / "native.npz") as data:
+        expected = {k: data[k] for k in data.files}
+    for cpu, level in (("Haswell", "x86-64-v3"), ("Nehalem", "x86-64-v2")):
+        proc = emulated(cpu, "run", str(portable), "--random", "--bench", "0", "--save", str(tmp_path / f"{cpu}.npz"))
+        assert proc.returncode == 0, proc.stderr
+        assert f"level: {level} (" in proc.stdout, proc.stdout
+        with np.load(tmp_path / f"{cpu}.npz") as data:
+            for name, want in expected.items():
+                np.testing.assert_allclose(data[name], want, rtol=1e-5, atol=1e-5)
+
+
+def test_forced_level_the_cpu_lacks_is_refused_with_one_line(artifacts: dict[str, Path]) -> None:
+    env_level = {"FORGEKIT_LEVEL": "x86-64-v4"}
+    proc = subprocess.run([QEMU, "-cpu", "Haswell", sys.executable, "-m", "forgekit", "run",
+                           str(artifacts["portable"]), "--random", "--bench", "0"], capture_output=True, text=True,
+                          env={**os.environ, **env_level, "PYTHONWARNINGS": "ignore"}, timeout=900)
+    lines = error_lines(proc)
+    assert proc.returncode == 16 and len(lines) == 1 and "cannot run that level" in lines[0], proc.stderr
+    assert "Illegal instruction" not in proc.stderr
 
 
 def test_foreign_architecture_says_so(artifacts: dict[str, Path]) -> None:

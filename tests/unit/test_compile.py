@@ -153,14 +153,14 @@ def test_encrypted_compile_round_trip(ir, tmp_path, convnet_input, expected) -> 
     assert not (tmp_path / "empty").exists()
 
 
-def test_default_target_is_this_cpu_and_llvm_is_portable(ir, tmp_path, convnet_input, expected) -> None:
-    """One default everywhere (forgekit.options.DEFAULT_TARGET: this CPU, whose features the artifact records);
-    Forge's ``target="llvm"`` is portable x86-64 code that needs no CPU feature beyond SSE2."""
+def test_default_target_is_portable_and_so_is_llvm(ir, tmp_path, convnet_input, expected) -> None:
+    """One default everywhere (forgekit.options.DEFAULT_TARGET): the portable x86-64 target, whose baseline
+    needs SSE4.2 and whose best level this CPU loads; Forge's ``target="llvm"`` means the same."""
     default = ir.compile(output_path=tmp_path / "default")
-    assert default.metadata["build"]["target_name"] == "host" and "sse2" in default.metadata["build"]["cpu_features"]
+    assert default.metadata["build"]["target_name"] == "x86-64" and "sse4.2" in default.metadata["build"]["cpu_features"]
     assert_close(Engine(default.path).infer(convnet_input)[0], expected)
     result = ir.compile(target="llvm", output_path=tmp_path / "generic")
-    assert result.metadata["build"]["target"] == {"kind": "llvm"}
-    assert result.metadata["build"]["cpu_features"] == ["sse", "sse2"]
+    assert result.metadata["build"]["target"] == {"kind": "llvm", "mcpu": "x86-64-v2", "mtriple": "x86_64-linux-gnu"}
+    assert result.metadata["build"]["levels"] == ["x86-64-v4", "x86-64-v3", "x86-64-v2"]
     assert_close(Engine(result.path).infer(convnet_input)[0], expected)
     assert np.isfinite(Engine(result.path).infer(convnet_input)[0]).all()

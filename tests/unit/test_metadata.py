@@ -60,6 +60,36 @@ def test_rendering_matches_golden_file() -> None:
     assert json.loads(text)["model"]["inputs"][0]["shape"] == ["N", 3, 16, 16]
 
 
+V2 = ["popcnt", "sse", "sse2", "sse3", "sse4.1", "sse4.2", "ssse3"]
+PORTABLE_LIBRARY = {
+    **CONTEXT["library"],
+    "variants": [
+        {"name": "x86-64-v4", "file": "model_library.x86-64-v4.so", "sha256": "01" * 32, "size": 1300,
+         "cpu_features": sorted(V2 + ["avx", "avx2", "avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl", "bmi",
+                                      "bmi2", "f16c", "fma", "lzcnt", "movbe"])},
+        {"name": "x86-64-v3", "file": "model_library.x86-64-v3.so", "sha256": "02" * 32, "size": 1280,
+         "cpu_features": sorted(V2 + ["avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"])},
+        {"name": "x86-64-v2", "file": "model_library.so", "sha256": "ab" * 32, "size": 1234, "cpu_features": V2},
+    ],
+}
+PORTABLE_BUILD = {
+    **CONTEXT["build"], "target": {"kind": "llvm", "mcpu": "x86-64-v2", "mtriple": "x86_64-linux-gnu"},
+    "host": {"kind": "llvm", "mcpu": "x86-64-v2", "mtriple": "x86_64-linux-gnu"}, "target_name": "x86-64",
+    "cpu": "x86-64-v2", "cpu_features": V2, "levels": ["x86-64-v4", "x86-64-v3", "x86-64-v2"],
+}
+
+
+def test_portable_rendering_matches_golden_file() -> None:
+    """A portable artifact lists each instruction-set level's library, best first, with what it needs of a
+    CPU; the baseline (model_library.so) is last and is what build.cpu_features records."""
+    text = md.render_metadata(**{**CONTEXT, "library": PORTABLE_LIBRARY, "build": PORTABLE_BUILD})
+    golden = GOLDEN.parent / "metadata_portable.json"
+    assert text == golden.read_text(), "metadata layout changed: update tests/golden/metadata_portable.json on purpose"
+    data = json.loads(text)
+    assert data["library"]["variants"][-1]["file"] == data["library"]["file"]
+    assert data["build"]["cpu_features"] == data["library"]["variants"][-1]["cpu_features"]
+
+
 def test_metadata_of_older_artifacts_still_renders() -> None:
     """forgekit 0.1 metadata has no device/cpu_features: re-rendering it (encrypt, decrypt) keeps working."""
     old = {**CONTEXT, "build": {k: v for k, v in CONTEXT["build"].items() if k not in ("device", "cpu_features")}}

@@ -24,7 +24,7 @@ from forgekit.targets import TAGS, parse_target
          {"kind": "llvm", "device": "arm_cpu", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"],
           "mcpu": "cortex-a72"}),
         ('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}', {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}),
-        ("llvm", {"kind": "llvm"}),
+        ("llvm -opt-level=3", {"kind": "llvm", "opt-level": 3}),
     ],
 )
 def test_legacy_and_json_strings(text: str, expected: dict) -> None:
