@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # forgekit developer entry point.  On a fresh Debian machine with only Python 3.11:
-#   ./dev.sh demo   set up forgekit, compile two pretrained OCR models for this CPU, read the text of
+#   ./dev.sh demo   set up forgekit, compile two pretrained OCR models (portable x86-64), read the text of
 #                   demo/text.png with them, print it with the latency next to onnxruntime's
 #   ./dev.sh test   set up forgekit and its test tools, run the test suite (CI: .ci/run)
 # Setup installs what is missing: Debian packages (a C++ compiler to link artifacts, python3-venv)
@@ -84,7 +84,7 @@ npm_tools() {
 
 demo() {
   venv demo
-  log "compiling PP-OCRv4's text detector and recognizer for this CPU, reading demo/text.png with them"
+  log "compiling PP-OCRv4's text detector and recognizer (portable: any x86-64), reading demo/text.png with them"
   "$VENV/bin/python" demo/ocr.py --out "${DEMO_OUTPUT:-compile_output/demo}" "$@"
 }
 

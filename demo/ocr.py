@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import struct
 import sys
 import time
@@ -145,12 +144,6 @@ def ctc_decode(probs: np.ndarray, characters: list[str]) -> str:
     return "".join(out)
 
 
-def median_ms(run, runs: int) -> float:
-    from forgekit.runtime.stats import time_calls
-
-    return statistics.median(time_calls(run, runs))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", type=Path, default=HERE / "text.png")
@@ -190,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     boxes = text_boxes(det.infer(x_det)[0][0, 0][:image.shape[0], :image.shape[1]])
     lines = [line_input(image, box) for box in boxes]
     texts = [ctc_decode(rec.infer(x)[0], characters) for x in lines]
-    texts_ort = [ctc_decode(rec_ort.run(None, {"x": x})[0], characters) for x in lines]
+    # the whole pipeline again with onnxruntime: its own boxes, its own recognition
+    boxes_ort = text_boxes(det_ort.run(None, {"x": x_det})[0][0, 0][:image.shape[0], :image.shape[1]])
+    texts_ort = [ctc_decode(rec_ort.run(None, {"x": line_input(image, box)})[0], characters) for box in boxes_ort]
 
     print(f"\ntext read from {args.image} ({len(boxes)} line(s) found):")
     for text, box in zip(texts, boxes):
@@ -198,12 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     same = "the same text" if texts == texts_ort else f"different text: {texts_ort}"
     print(f"onnxruntime reads {same}")
 
-    x_rec = lines[0] if lines else line_input(image, (0, image.shape[0], 0, image.shape[1]))
+    # Timed as `forgekit bench` does: a fresh worker process running both runtimes in alternating blocks
+    # with the same threads; timed here, in-process, onnxruntime's spinning threads (left over from
+    # reading the text) took cores from forgekit's pool and the ratio depended on the order of the calls.
+    from forgekit.evaluate.bench import benchmark_artifact
+
     level = f", forgekit level {det.level}" if det.level else ""
-    print(f"\nlatency, median of {args.runs} runs, {ort.get_device()} (this machine{level}):")
-    for name, engine, session, x in (("detector", det, det_ort, x_det), ("recognizer", rec, rec_ort, x_rec)):
-        ours = median_ms(engine.prepared_call(x), args.runs)
-        theirs = median_ms(lambda: session.run(None, {"x": x}), args.runs)
+    print(f"\nlatency, median of {args.runs} runs, {ort.get_device()} (this machine{level}; forgekit bench):")
+    for name, key, path in (("detector", "det", det_path), ("recognizer", "rec", rec_path)):
+        timing = benchmark_artifact(artifacts[key], path, runs=args.runs, memory=False)
+        ours, theirs = timing.forgekit.median_ms, timing.onnxruntime.median_ms
         verdict = f"{theirs / ours:.2f}x faster" if ours <= theirs else f"{ours / theirs:.2f}x slower"
         print(f"  {name:10s}  forgekit {ours:7.2f} ms   onnxruntime {theirs:7.2f} ms   (forgekit {verdict})")
     print(f"\nartifacts: {artifacts['det']}  {artifacts['rec']}")

@@ -43,6 +43,8 @@ class BuildReport:
     schedule_rules: dict[str, str] = field(default_factory=dict)
     #: what tuning did (tasks, trials, seconds, records, per-kernel speed-up over the default)
     tuning: dict[str, Any] | None = None
+    #: fused kernel name -> floating-point operations per call (static shapes), for GFLOP/s in profiles
+    kernel_flops: dict[str, float] = field(default_factory=dict)
 
 
 def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
@@ -122,9 +124,10 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
     scheduled = uses_cpu_schedules(opt_level, spec.is_cpu)
     target = tvm_target_for(spec, opt_level)
     if scheduled:
-        from .backends.cpu import STATS
+        from .backends.cpu.registry import FLOPS, STATS
 
         STATS.clear()
+        FLOPS.clear()
     database = _tune(mod, target, tuning, report) if tuning is not None else None
     pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database)
     start = time.perf_counter()
@@ -134,6 +137,7 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
                                                 + time.perf_counter() - start, 3)
     if scheduled and rules:
         report.schedule_rules = dict(sorted(STATS.items()))
+        report.kernel_flops = dict(sorted(FLOPS.items()))
     return executable
 
 

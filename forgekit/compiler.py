@@ -46,7 +46,8 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
     check_output(output, force=options.force, kind="artifact", inputs=options.inputs)
     check_space(output.absolute(), model.weight_bytes)
     fcompile = spec.family_impl.linker(spec)  # fails fast, before a long build, when the toolchain is missing
-    levels = variants(spec, quantized=model.quantization is not None)
+    # int8 levels (VNNI, sdot) for models forgekit quantized and for imported QDQ models alike
+    levels = variants(spec, quantized=model.quantization is not None or "quantize" in model.operators)
     tuned = _tuned_level(spec, levels) if options.tuning is not None else 0
 
     start = time.perf_counter()

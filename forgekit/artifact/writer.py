@@ -103,7 +103,7 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
         (tmp / QUANT_REPORT_FILE).write_text(json.dumps(model.quantization_report, indent=2) + "\n")
     if options.export_metadata:
         data = {"operators": model.operators, "passes": report.passes, "seconds": report.seconds,
-                "schedule_rules": report.schedule_rules, "tuning": report.tuning}
+                "schedule_rules": report.schedule_rules, "kernel_flops": report.kernel_flops, "tuning": report.tuning}
         (tmp / REPORT_FILE).write_text(json.dumps(data, indent=2) + "\n")
     written = json.loads((tmp / METADATA_FILE).read_text())
     return CompileResult(final, final / LIBRARY_FILE, written, dict(report.schedule_rules or {}))

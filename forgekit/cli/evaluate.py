@@ -34,6 +34,8 @@ def bench(
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, metavar="N", help="Threads for both runtimes "
                                                    "(default: the target's core count).")] = None,
     no_memory: Annotated[bool, typer.Option("--no-memory", help="Skip the peak-RSS probes.")] = False,
+    profile: Annotated[bool, typer.Option("--profile", help="Also time every kernel: the heaviest, their share "
+                                          "and GFLOP/s (GFLOP/s needs --export-metadata at compile).")] = False,
     peer: Annotated[Optional[list[str]], typer.Option("--peer", metavar="RUNTIME", help="Also time another "
                                                       "runtime on --onnx: openvino (f32 and its default "
                                                       "precision). Repeatable.")] = None,
@@ -52,7 +54,7 @@ def bench(
 
     result = benchmark_artifact(artifact, optional_model(onnx_model), runs=runs, warmup=warmup, threads=threads,
                                 memory=not no_memory, key_path=key, password=password_if_encrypted(artifact, password_file),
-                                rpc=rpc, peers=peer or ())
+                                rpc=rpc, peers=peer or (), profile=profile)
     fk, ort = result.forgekit, result.onnxruntime
     if "rpc" in result.extra:
         rpc = result.extra["rpc"]
@@ -74,6 +76,11 @@ def bench(
     if result.outputs_match is not None:
         print(f"outputs      {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
               f"(max abs error {result.max_abs_error:.2e})")
+    if "profile" in result.extra:
+        from ..evaluate.profile import KernelTime, table
+
+        print("\nkernels (instrumented runs, per inference):")
+        print(table([KernelTime(**k) for k in result.extra["profile"]]))
     write_json(json_out, result.to_dict())
     if markdown_out:
         Path(markdown_out).write_text(markdown_table([(Path(artifact).name, result)]))
@@ -107,7 +114,8 @@ def verify(
                              password=password_if_encrypted(artifact, password_file), log=log.status)
     for output in result.outputs:
         print(output.line())
-    print(f"ran {result.target or result.arch} artifact {result.runner} in {result.run_seconds:.1f} s "
+    level = f", level {result.level}" if result.level else ""
+    print(f"ran {result.target or result.arch} artifact{level} {result.runner} in {result.run_seconds:.1f} s "
           f"(inference {result.infer_ms:.1f} ms); reference onnxruntime on this host, seed {seed}")
     write_json(json_out, result.to_dict())
     result.check()

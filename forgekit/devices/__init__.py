@@ -27,6 +27,8 @@ class DeviceRun:
     seconds: float = 0.0
     #: where it ran, for reports (e.g. "aarch64 via qemu", "key 'pi5' at tracker h:9190")
     where: str = ""
+    #: the instruction-set level the device's CPU loaded (portable artifacts; None otherwise)
+    level: str | None = None
 
 
 class Device(Protocol):

@@ -38,4 +38,4 @@ class LocalDevice:
                 raise VerificationError(f"The artifact did not finish within {timeout:.0f} s.") from None
             seconds = time.perf_counter() - start
             outputs, timing = collect(proc, work / "outputs.npz", self.name)
-        return DeviceRun(outputs, timing["load_ms"], timing["infer_ms"], seconds, "this machine")
+        return DeviceRun(outputs, timing["load_ms"], timing["infer_ms"], seconds, "this machine", timing.get("level"))

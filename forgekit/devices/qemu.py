@@ -47,7 +47,8 @@ class QemuDevice:
             outputs, timing = collect(proc, guest_dir / "outputs.npz", self.name)
         finally:
             shutil.rmtree(guest_dir, ignore_errors=True)
-        return DeviceRun(outputs, timing["load_ms"], timing["infer_ms"], seconds, f"{self.arch} via qemu")
+        return DeviceRun(outputs, timing["load_ms"], timing["infer_ms"], seconds, f"{self.arch} via qemu",
+                         timing.get("level"))
 
 
 def copy_package(dest: Path) -> None:

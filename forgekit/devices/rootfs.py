@@ -241,6 +241,8 @@ def rootfs_command(root: Path, g: GuestArch, argv: Sequence[str],
     _require_root(f"Running {g.arch} code in the rootfs")
     qemu = f"/usr/bin/{g.qemu}"
     full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", **(env or {})}
+    if os.environ.get("QEMU_CPU"):  # qemu's own variable: emulate that CPU model (e.g. cortex-a53, no dotprod)
+        full_env.setdefault("QEMU_CPU", os.environ["QEMU_CPU"])
     chroot = require("chroot", "coreutils")  # looked up on the host's PATH, not the guest's
     return [chroot, str(root), qemu, *argv], full_env
 

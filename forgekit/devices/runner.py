@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
     np.savez(outputs_path, **{f"out{i}": array for i, array in enumerate(outputs)})
-    print(json.dumps({"load_ms": (loaded - start) * 1e3, "infer_ms": times}))
+    print(json.dumps({"load_ms": (loaded - start) * 1e3, "infer_ms": times, "level": engine.level}))
     return 0
 
 

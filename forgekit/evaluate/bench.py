@@ -100,7 +100,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        key_path: str | None = None, password: str | None = None,
                        rtol: float = 1e-3, atol: float = 1e-4, rpc_tracker: str | None = None,
                        rpc_key: str | None = None, rpc_host: str | None = None, rpc: Any = None,
-                       peers: Sequence[str] = ()) -> BenchResult:
+                       peers: Sequence[str] = (), profile: bool = False) -> BenchResult:
     """Time ``artifact`` (and ``onnx_model`` under onnxruntime, same threads, same inputs, same run).
 
     Parameters
@@ -126,6 +126,9 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     peers:
         Other runtimes to time on ``onnx_model`` in the same run (:data:`forgekit.evaluate.peers.PEERS`:
         ``openvino``, at f32 and at its default precision); their outputs are compared with onnxruntime's.
+    profile:
+        Also time every kernel in a separate worker (:mod:`forgekit.evaluate.profile`): ``extra["profile"]``
+        lists them, heaviest first, with their share of the time and GFLOP/s.
     """
     from ..devices.rpc import RpcConfig
 
@@ -138,6 +141,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     from .peers import check_peers
 
     peers = check_peers(peers)
+    if profile and remote is not None:
+        raise UsageError("--profile times kernels on this machine: drop it for an RPC device.")
     if peers and (onnx_model is None or remote is not None):
         raise UsageError("--peer times other runtimes on the ONNX model on this machine: give --onnx MODEL, "
                          "and no RPC device.")
@@ -157,6 +162,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers}
         data = _spawn(job, threads, password)
         timings = data["timings"]
+        kernels = _spawn({**job, "mode": "profile"}, threads, password)["kernels"] if profile else None
         fk = Timing(**timings["forgekit"])
         ort = Timing(**timings["onnxruntime"]) if "onnxruntime" in timings else None
         if memory:
@@ -168,7 +174,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        compile_seconds=build.get("compile_seconds"), max_abs_error=data.get("max_abs_error"),
                        output_scale=data.get("output_scale"), outputs_match=data.get("outputs_match"),
                        target=build.get("target_name"),
-                       extra={"level": data["level"]} if data.get("level") else {},
+                       extra={**({"level": data["level"]} if data.get("level") else {}),
+                              **({"profile": kernels} if kernels is not None else {})},
                        peers={k: Timing(**timings[k]) for k in data.get("peers") or {}},
                        peer_info=dict(data.get("peers") or {}))
 

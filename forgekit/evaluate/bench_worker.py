@@ -40,7 +40,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     mode = job["mode"]
     engine = session = None
-    if mode in ("time", "rss:forgekit"):
+    if mode in ("time", "rss:forgekit", "profile"):
         engine = Engine(job["artifact"], key_path=job.get("key_path"))
         arrays = engine.example_inputs(random=True, seed=0)
     if job.get("onnx") and mode in ("time", "rss:onnxruntime"):
@@ -52,6 +52,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         for _ in range(3):
             session.run(None, feeds)
         return {"peak_rss_mb": peak_rss_mb()}
+    if mode == "profile":  # per-kernel times, in its own process: the hook must not slow the timed runs
+        from .profile import profile_engine
+
+        directory = Path(job["artifact"])
+        rows = profile_engine(engine, arrays, runs=job["runs"], warmup=job["warmup"],
+                              report_dir=directory if directory.is_dir() else directory.parent)
+        return {"kernels": [r.to_dict() for r in rows]}
     if mode == "rss:forgekit":
         for _ in range(3):
             engine.infer(*arrays)

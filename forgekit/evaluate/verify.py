@@ -36,6 +36,7 @@ class VerifyResult:
     outputs: list[OutputComparison] = field(default_factory=list)
     run_seconds: float = 0.0  # the device run: process start, load and one inference
     infer_ms: float = 0.0
+    level: str | None = None  # the instruction-set level the device loaded (portable artifacts)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +108,7 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
         raise VerificationError(f"'{artifact}' returned {len(run.outputs)} output(s), onnxruntime {len(expected)}: "
                                 "is it the model the artifact was compiled from?")
     result.run_seconds, result.infer_ms = run.seconds, run.infer_ms[0] if run.infer_ms else 0.0
+    result.level = run.level
     names = [t["name"] for t in model["outputs"]] or [o.name for o in sess.get_outputs()]
     result.outputs = [compare(n, a, e, rtol, atol) for n, a, e in zip(names, run.outputs, expected)]
     return result

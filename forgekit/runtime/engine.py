@@ -126,6 +126,13 @@ class Engine:
         main = self._main
         return lambda: main(*args)
 
+    def set_instrument(self, instrument: Any) -> None:
+        """Call ``instrument(func, symbol, before, result, *args)`` around every kernel and runtime call the
+        VM makes (``None`` removes it): what :mod:`forgekit.evaluate.profile` times kernels with."""
+        import tvm_ffi
+
+        self._vm["set_instrument"](tvm_ffi.convert(instrument) if instrument is not None else None)
+
     def warm_up(self, n: int = 1) -> None:
         """Run ``n`` inferences on zero inputs (first runs pay for memory pools and page faults)."""
         feeds = self.example_inputs(random=False)

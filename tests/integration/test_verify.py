@@ -257,3 +257,24 @@ def test_int8_pi_artifact_matches_onnxruntime_under_qemu(activation, target, arm
     assert uses_sdot == (3 if target == "raspberry-pi/5" else 0)  # two convs and the matmul
     result = verify_artifact(artifact, qdq, rtol=0, atol=1e-5)
     assert result.runner == "qemu-aarch64" and result.ok, [o.line() for o in result.outputs]
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_portable_aarch64_int8_artifact_loads_sdot_where_the_cpu_has_it(arm64_rootfs, tmp_path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """arm/aarch64 builds an int8 model twice (ARMv8.2 sdot kernels and plain ARMv8-A) into one artifact; under
+    qemu's default CPU (which has dot product) the sdot level is loaded, on an emulated Cortex-A53 (ARMv8.0,
+    no dot product) the baseline, and both match onnxruntime's int8 run exactly."""
+    from onnx_models import ort_qdq_cnn
+
+    qdq = ort_qdq_cnn(tmp_path, "QInt8")
+    artifact = forgekit.from_onnx(qdq).compile(target="arm/aarch64", output_path=tmp_path / "art").path
+    levels = [v["name"] for v in json.loads((artifact / "metadata.json").read_text())["library"]["variants"]]
+    assert levels == ["armv8.2-dotprod", "armv8-a"]
+    for cpu, level in ((None, "armv8.2-dotprod"), ("cortex-a53", "armv8-a")):
+        if cpu:
+            monkeypatch.setenv("QEMU_CPU", cpu)
+        result = verify_artifact(artifact, qdq, rtol=0, atol=1e-5)
+        assert result.runner == "qemu-aarch64" and result.level == level, (cpu, result.level)
+        assert result.ok, [o.line() for o in result.outputs]

@@ -117,3 +117,76 @@ def test_registry_by_level_and_options() -> None:
     assert "forgekit.ToNHWCOrKeep" in [p.info.name for p in graph_passes(0, layout="last")]
     with pytest.raises(ValueError, match="already registered"):
         register_pass(GRAPH_PASSES[0].name, 0, GRAPH_PASSES[0].make)
+
+
+# ---------------------------------------------------------------- layout-friendly canonical forms (PP-OCRv4 det)
+def _nhwc_graph(model: onnx.ModelProto, shape: dict) -> str:
+    """The CPU backend's Relax prefix (folding, batch-norms, transposed convs, NHWC) as TVMScript."""
+    import tvm
+
+    from forgekit.backends.cpu import preprocess
+
+    mod = tvm.transform.Sequential(graph_passes(3))(forgekit.from_onnx(model, shape).mod)
+    return preprocess()(mod)["main"].script()
+
+
+def affine_between_convs(scale_shape: list[int]) -> onnx.ModelProto:
+    """conv -> Mul(constant, x) -> Add(x, constant) -> HardSwish -> conv: PP-LCNet's learnable affine block,
+    whose one-element constant came first and kept every such op in NCHW (two transposes each)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["s", "c1"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("HardSwish", ["a"], ["h"]), helper.make_node("Sub", ["h", "b"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["y"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),
+             numpy_helper.from_array(rng.standard_normal((8, 16, 1, 1)).astype(np.float32) * 0.3, "w2"),
+             numpy_helper.from_array(np.full(scale_shape, 1.7, np.float32), "s"),
+             numpy_helper.from_array(np.full(scale_shape, 0.2, np.float32), "b")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 12, 12])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 12, 12])], inits)
+
+
+@pytest.mark.parametrize("scale_shape", [[1], [1, 1, 1, 1], []])
+def test_one_element_constants_first_keep_the_graph_in_nhwc(scale_shape) -> None:
+    model = affine_between_convs(scale_shape)
+    script = _nhwc_graph(model, {"x": [2, 3, 12, 12]})
+    # one transpose in (NCHW input), one out (NCHW output): none between the convolutions
+    assert script.count("R.permute_dims") == 2, script
+    _check_every_level(model, (3, 12, 12), batches=(1, 3))
+
+
+def conv_transpose(kernel: int, stride: int, pads: int = 0, output_padding: int = 0, group: int = 1,
+                   bias: bool = True) -> onnx.ModelProto:
+    rng = np.random.default_rng(kernel * 10 + stride)
+    attrs = {"kernel_shape": [kernel, kernel], "strides": [stride, stride], "pads": [pads] * 4, "group": group}
+    if output_padding:
+        attrs["output_padding"] = [output_padding] * 2
+    cin, cout = 8, 6
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["t"], **attrs),
+             helper.make_node("Sigmoid", ["t"], ["y"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((cin, cout // group, kernel, kernel)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b")][: 2 if bias else 1]
+    h, w = ((n - 1) * stride - 2 * pads + kernel + output_padding for n in (5, 7))
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", cin, 5, 7])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", cout, h, w])], inits)
+
+
+@pytest.mark.parametrize("kernel, stride, bias", [(2, 2, True), (3, 3, False), (4, 4, True)])
+def test_stride_sized_transposed_convs_become_1x1_convs(kernel, stride, bias) -> None:
+    """The DB/U-Net upsampling head: no conv2d_transpose (TVM's unscheduled loop nest) is left, and the 1x1
+    convolution + depth-to-space computes what onnxruntime's ConvTranspose does, at every level."""
+    model = conv_transpose(kernel, stride, bias=bias)
+    script = _nhwc_graph(model, {"x": [2, 8, 5, 7]})
+    assert "conv2d_transpose" not in script and "R.nn.conv2d(" in script
+    _check_every_level(model, (8, 5, 7), batches=(1, 3))
+
+
+@pytest.mark.parametrize("kernel, stride, pads, output_padding, group", [
+    (3, 2, 1, 1, 1),  # overlapping windows: not a pixel shuffle
+    (2, 2, 0, 0, 2),  # grouped
+    (2, 1, 0, 0, 1),  # stride smaller than the kernel
+])
+def test_other_transposed_convs_are_left_alone_and_still_match(kernel, stride, pads, output_padding, group) -> None:
+    model = conv_transpose(kernel, stride, pads, output_padding, group)
+    assert "conv2d_transpose" in _nhwc_graph(model, {"x": [2, 8, 5, 7]})
+    _check_every_level(model, (8, 5, 7), batches=(1, 3))

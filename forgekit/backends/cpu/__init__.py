@@ -52,15 +52,18 @@ def _legalize_map(target: Any, fast_math: bool = True, pack_weights: bool = True
 
 
 def preprocess(use_nhwc: bool = True) -> Any:
-    """The Relax-level prefix: canonicalize, fold constants (numpy), fold batch-norms, NHWC."""
+    """The Relax-level prefix: canonicalize, fold constants (numpy), fold batch-norms, stride-sized transposed
+    convolutions as 1x1 convolutions, NHWC."""
     import tvm
     from tvm import relax
 
     from ...passes.canonicalize import Canonicalize
+    from ...passes.conv_transpose import conv_transpose_as_conv_pass
     from ...passes.layout import to_nhwc_or_keep
     from ...passes.numpy_fold import NumpyFoldConstant
 
-    seq = [Canonicalize, NumpyFoldConstant, relax.transform.FoldBatchnormToConv2D(), NumpyFoldConstant]
+    seq = [Canonicalize, NumpyFoldConstant, relax.transform.FoldBatchnormToConv2D(), NumpyFoldConstant,
+           conv_transpose_as_conv_pass()]
     if use_nhwc:
         seq += [to_nhwc_or_keep(), NumpyFoldConstant]
     return tvm.transform.Sequential(seq, name="forgekit.CpuPreprocess")

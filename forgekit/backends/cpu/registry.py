@@ -17,6 +17,18 @@ from .rules.base import ScheduleRule
 log = logging.getLogger("forgekit.schedules")
 #: fused function name -> rule that scheduled it (last run), for compile reports
 STATS: dict[str, str] = {}
+#: fused function name -> floating-point operations of one call (static shapes only; last run), so a
+#: profile can print GFLOP/s per kernel (compile_report.json "kernel_flops")
+FLOPS: dict[str, float] = {}
+
+
+def _flops(func: tirx.PrimFunc) -> float | None:
+    """TVM's estimate of one call's floating-point operations, None where it cannot tell (symbolic shapes)."""
+    try:
+        value = float(s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+    except Exception:  # noqa: BLE001 - TVM raises for loops of unknown extent
+        return None
+    return value if value > 0 else None
 
 
 class RecordQuery(Protocol):
@@ -46,6 +58,9 @@ class ApplyRules:
                 continue
             if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
                 continue
+            flops = _flops(func)
+            if flops is not None:
+                FLOPS[gv.name_hint] = flops
             if self.database is not None:
                 tuned = self.database.query(func, target)
                 if tuned is not None:
