@@ -9,8 +9,14 @@
 
 from __future__ import annotations
 
-from . import compile, crypto, evaluate, images, inspect, release, run  # noqa: F401 - registers the verbs
-from .app import app
+try:
+    from . import compile, crypto, evaluate, images, inspect, release, run  # noqa: F401 - registers the verbs
+    from .app import app
+except KeyboardInterrupt:  # Ctrl-C while the verbs import (a second or more on a loaded machine): no traceback
+    import sys
+
+    print("error: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 def main() -> None:

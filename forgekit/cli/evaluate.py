@@ -19,7 +19,7 @@ OnnxOpt = Annotated[Optional[str], typer.Option("--onnx", metavar="MODEL", help=
 
 
 def _line(name: str, t: Any) -> str:
-    return (f"{name:12s} median {t.median_ms:8.2f} ms  p90 {t.p90_ms:8.2f} ms  min {t.min_ms:8.2f} ms  "
+    return (f"{name:13s} median {t.median_ms:8.2f} ms  p90 {t.p90_ms:8.2f} ms  min {t.min_ms:8.2f} ms  "
             f"{t.throughput_per_s:8.1f}/s" + (f"  peak RSS {t.peak_rss_mb:.0f} MB" if t.peak_rss_mb else ""))
 
 
@@ -58,23 +58,23 @@ def bench(
     fk, ort = result.forgekit, result.onnxruntime
     if "rpc" in result.extra:
         rpc = result.extra["rpc"]
-        print(f"device       {rpc['device']} ({rpc.get('remote_arch') or 'unknown arch'}), timed there")
+        print(f"device        {rpc['device']} ({rpc.get('remote_arch') or 'unknown arch'}), timed there")
     print(_line("forgekit", fk))
     if "level" in result.extra:  # a portable artifact: the instruction-set level this CPU ran
-        print(f"level        {result.extra['level']}, chosen for this CPU")
+        print(f"level         {result.extra['level']}, chosen for this CPU")
     if ort is not None:
         print(_line("onnxruntime", ort))
         verdict = "faster" if result.ratio < 1 else "slower"
-        print(f"ratio        {result.ratio:.2f}x onnxruntime's latency ({verdict}), {result.threads} thread(s)")
+        print(f"ratio         {result.ratio:.2f}x onnxruntime's latency ({verdict}), {result.threads} thread(s)")
     for label, timing in result.peers.items():
         info = result.peer_info[label]
         ratio = result.peer_ratio(label)
         print(_line(label, timing))
-        print(f"{'':12s} forgekit {ratio:.2f}x its latency ({'faster' if ratio < 1 else 'slower'}); its outputs "
+        print(f"{'':13s} forgekit {ratio:.2f}x its latency ({'faster' if ratio < 1 else 'slower'}); its outputs "
               f"{'match' if info['outputs_match'] else 'differ from'} onnxruntime's "
               f"(max abs error {info['max_abs_error']:.2e})")
     if result.outputs_match is not None:
-        print(f"outputs      {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
+        print(f"outputs       {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
               f"(max abs error {result.max_abs_error:.2e})")
     if "profile" in result.extra:
         from ..evaluate.profile import KernelTime, table

@@ -173,7 +173,7 @@ def test_cli_bench_direct_server_and_encrypted(tmp_path: Path, model_dir: Path) 
     finally:
         server.kill()
     assert proc.returncode == 0, proc.stderr
-    assert "outputs      match onnxruntime" in proc.stdout
+    assert "outputs       match onnxruntime" in proc.stdout
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["outputs_match"] is True and data["forgekit"]["runs"] == 3
     assert data["extra"]["rpc"]["device"] == f"server 127.0.0.1:{port}"

@@ -107,7 +107,7 @@ def test_bench_against_another_model(convnet_compiled: Path, tmp_path: Path) -> 
     reweighted = tmp_path / "reweighted.onnx"
     onnx.save(make_convnet(seed=5, batch=2), reweighted)
     proc = run_cli("bench", str(convnet_compiled), "--onnx", str(reweighted), "--runs", "2", "--no-memory")
-    assert proc.returncode == 13 and "outputs      DIFFER" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 13 and "outputs       DIFFER" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "outputs differ from onnxruntime" in proc.stderr
 
 
