@@ -192,3 +192,23 @@ def test_unresolvable_symbolic_extent_says_to_pin_the_input():
     x = np.random.default_rng(0).uniform(0, 1, (3, 1, 13)).astype(np.float32)
     got = forgekit.from_onnx(path, {name: [3, 1, 13]}).get_inference_function("llvm")(x)
     np.testing.assert_allclose(np.asarray(got), session.run(None, {name: x})[0], rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------- OneHot
+@pytest.mark.parametrize("depth", [np.array(5, np.int64), np.array([5], np.int64), np.array([5.0], np.float32)])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_onehot_depth_as_the_spec_allows(depth, axis) -> None:
+    """depth is "scalar or rank 1 tensor containing exactly one element", of any numeric type (a file-type
+    classifier from PyPI ships [5]); negative indices count from the end."""
+    nodes = [helper.make_node("OneHot", ["idx", "depth", "values"], ["y"], axis=axis)]
+    inits = [numpy_helper.from_array(depth, "depth"), numpy_helper.from_array(np.array([-1, 3], np.float32), "values")]
+    out = [5, 4] if axis == 0 else [4, 5]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("idx", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    idx = np.array([0, 4, -1, 2], np.int64)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"idx": idx})[0]
+    got = np.asarray(forgekit.from_onnx(model).get_inference_function("llvm", opt_level=3)(idx))
+    np.testing.assert_array_equal(got, expected)

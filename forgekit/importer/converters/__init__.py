@@ -23,11 +23,11 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import pool, quant, resize, rnn, slicing
+from . import onehot, pool, quant, resize, rnn, slicing
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
 EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **slicing.CONVERTERS,
-                                     **resize.CONVERTERS, **pool.CONVERTERS}
+                                     **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS}
 
 #: ops the frontend handles outside its convert map.
 DIRECTLY_HANDLED = {"If"}
