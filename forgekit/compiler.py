@@ -23,7 +23,7 @@ from .build import BuildReport, TuningSetup, build_executables
 from .errors import UsageError
 from .options import CompileOptions, TuneOptions
 from .targets import parse_target
-from .targets.variants import Variant, variants
+from .targets.variants import Variant, best_here, model_variants
 
 if TYPE_CHECKING:
     from .description import ModelDescription
@@ -46,8 +46,7 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
     check_output(output, force=options.force, kind="artifact", inputs=options.inputs)
     check_space(output.absolute(), model.weight_bytes)
     fcompile = spec.family_impl.linker(spec)  # fails fast, before a long build, when the toolchain is missing
-    # int8 levels (VNNI, sdot) for models forgekit quantized and for imported QDQ models alike
-    levels = variants(spec, quantized=model.quantization is not None or "quantize" in model.operators)
+    levels = model_variants(spec, model.quantization, model.operators)
     tuned = _tuned_level(spec, levels) if options.tuning is not None else 0
 
     start = time.perf_counter()
@@ -77,14 +76,11 @@ def _tuned_level(spec: TargetSpec, levels: list[Variant]) -> int:
     default schedules).  Tuning over RPC, or for levels this CPU cannot run, needs a single-ISA target."""
     if len(levels) == 1:
         return 0
-    from .runtime.cpu import host_features
-
-    here = host_features()
-    runnable = [i for i, v in enumerate(levels) if here and set(v.cpu_features) <= here]
-    if spec.is_cross or not runnable:
+    best = None if spec.is_cross else best_here(levels)
+    if best is None:
         raise UsageError(f"Tuning times kernels on one CPU, and this machine runs none of the levels of "
                          f"'{spec.name}': tune a single-ISA target (a tag such as x86/znver4) on such a CPU.")
-    return runnable[0]
+    return best
 
 
 def _tuning_setup(stack: contextlib.ExitStack, spec: TargetSpec, output: Path, tune: TuneOptions, fcompile: Any,

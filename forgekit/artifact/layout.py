@@ -22,19 +22,25 @@ RECORDS_DIR = "optimization_artifacts"
 BENCH_FILE = "bench.json"
 
 
-def variant_file(level: str | None) -> str:
-    """File name of one instruction-set level's library (``None``: the baseline, ``model_library.so``)."""
-    return LIBRARY_FILE if level is None else f"model_library.{level}.so"
+def variant_file(level: str) -> str:
+    """File name of the library of one instruction-set level above a portable artifact's baseline."""
+    return f"model_library.{level}.so"
+
+
+def library_digests(meta: dict[str, Any] | None) -> dict[str, str | None]:
+    """Every library file of an artifact -> the sha256 its metadata records: the baseline ``model_library.so``
+    first, then the other levels of a portable artifact (``library.variants``)."""
+    library = (meta or {}).get("library") or {}
+    digests: dict[str, str | None] = {LIBRARY_FILE: library.get("sha256")}
+    for entry in library.get("variants") or []:
+        if entry.get("file"):
+            digests.setdefault(str(entry["file"]), entry.get("sha256"))
+    return digests
 
 
 def library_files(meta: dict[str, Any] | None) -> list[str]:
-    """Every library file of an artifact: the baseline ``model_library.so`` first, then the other levels of
-    a portable artifact (``library.variants`` in its metadata)."""
-    names = [LIBRARY_FILE]
-    for entry in ((meta or {}).get("library") or {}).get("variants") or []:
-        if entry.get("file") and entry["file"] not in names:
-            names.append(str(entry["file"]))
-    return names
+    """Every library file of an artifact, the baseline ``model_library.so`` first."""
+    return list(library_digests(meta))
 
 
 def resolve(path: str | Path) -> tuple[Path, Path | None]:

@@ -188,14 +188,17 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
     """
     secret = _password_bytes(password, purpose="encrypt the model", new=True)
     plain, out, key_out = Path(plain_path), Path(out_path), Path(key_path)
-    if not plain.is_file():
-        raise ArtifactError(f"Library '{plain}' does not exist or is not a file: compile the model first.")
+    pairs = [(plain, out), *((Path(a), Path(b)) for a, b in also)]
+    for source, _ in pairs:
+        if not source.is_file():
+            raise ArtifactError(f"Library '{source}' does not exist or is not a file: compile the model first.")
     for parent in {out.parent, key_out.parent}:
         if not parent.is_dir():
             raise ArtifactError(f"Output directory '{parent}' does not exist: create it first.")
-    if is_encrypted(plain):  # encrypting twice in place would overwrite the only key of the inner layer
-        raise UsageError(f"'{plain}' is already an encrypted forgekit library: encrypt the plaintext library, or "
-                         f"use rekey to change the password.")
+    for source, _ in pairs:
+        if is_encrypted(source):  # encrypting twice in place would overwrite the only key of the inner layer
+            raise UsageError(f"'{source}' is already an encrypted forgekit library: encrypt the plaintext library, "
+                             f"or use rekey to change the password.")
     if key_out.resolve() in (plain.resolve(), out.resolve()):
         raise UsageError(f"The key file '{key_out}' must not be the library itself: write it to a separate path "
                          f"such as modelKey.bin.")
@@ -219,7 +222,7 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
         writers, headers = [], []
         # Every library gets its own header and random nonce prefix under the one data key (2**-64 chance
         # of a prefix collision per pair), so one key file and one password open all levels of an artifact.
-        for src_path, dst_path in [(plain, out), *((Path(a), Path(b)) for a, b in also)]:
+        for src_path, dst_path in pairs:
             writer = stack.enter_context(AtomicWriter(dst_path))
             headers.append(_encrypt_file(src_path, writer, aead, uuid_str, fingerprint, target, key_id, chunk_size))
             writers.append(writer)
@@ -237,12 +240,8 @@ def encrypt_library(plain_path: PathLike, out_path: PathLike, key_path: PathLike
 
 def _encrypt_file(plain: Path, lib_w: AtomicWriter, aead: AESGCM, uuid_str: str, fingerprint: str, target: str,
                   key_id: bytes, chunk_size: int) -> LibraryHeader:
-    """Write the header and the encrypted chunks of ``plain`` to ``lib_w`` (not committed)."""
-    if not plain.is_file():
-        raise ArtifactError(f"Library '{plain}' does not exist or is not a file: compile the model first.")
-    if is_encrypted(plain):
-        raise UsageError(f"'{plain}' is already an encrypted forgekit library: encrypt the plaintext library, or "
-                         f"use rekey to change the password.")
+    """Write the header and the encrypted chunks of ``plain`` (checked by the caller) to ``lib_w``, not
+    committed."""
     with open(plain, "rb") as src:
         size = os.fstat(src.fileno()).st_size
         header = LibraryHeader(uuid=uuid_str, fingerprint=fingerprint, target=target, key_id=key_id,

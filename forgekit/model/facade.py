@@ -321,12 +321,11 @@ class IRModule(QuantizationMixin):
         if spec.is_cross or not spec.is_cpu:
             raise UsageError(f"get_inference_function runs on this machine's CPU; '{spec.name}' is not it.")
         if spec.levels:  # a portable target: build only the level an artifact would load on this CPU
-            from ..runtime.cpu import host_features
-            from ..targets.variants import variants
+            from ..targets.variants import best_here, model_variants
 
-            levels = variants(spec, quantized="quantize" in self.operators)
-            here = host_features()
-            spec = next((v.spec for v in levels if here and set(v.cpu_features) <= here), levels[-1].spec)
+            levels = model_variants(spec, self._state.quantization, self.operators)
+            best = best_here(levels)
+            spec = levels[best if best is not None else -1].spec
         CompileOptions(opt_level=opt_level)  # validates the level
         vm = relax.VirtualMachine(build_executable(self._mod, spec, opt_level=opt_level), tvm.cpu())
         specs = [t.to_dict() for t in self.input_nodes]

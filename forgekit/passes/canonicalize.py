@@ -110,21 +110,20 @@ class Canonicalizer(relax.PyExprMutator):
         (PP-OCRv4 det: 2 x 18 transposes, ~20 % of its time, measured with an instrumented VM)."""
         if call.op.name not in _ELEMENTWISE or len(call.args) != 2:
             return None
-        first, second = call.args
         consts = [self._const(a) for a in call.args]
         if (consts[0] is None) == (consts[1] is None):
             return None  # both constants (folded later) or neither
         pos = 0 if consts[0] is not None else 1
-        value, other = consts[pos], call.args[1 - pos]
-        rank = len(getattr(other.ty, "shape", None) or []) if hasattr(other.ty, "shape") else -1
-        changed = False
-        arg = call.args[pos]
-        if value.size == 1 and 1 <= value.ndim <= rank:  # broadcasting keeps the other operand's shape
-            arg, changed = relax.const(value.reshape(()), str(value.dtype)), True
-        args = [arg, other] if pos == 0 else [other, arg]
-        if pos == 0 and call.op.name in _COMMUTATIVE:
-            args, changed = [other, arg], True
-        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span) if changed else None
+        value, arg, other = consts[pos], call.args[pos], call.args[1 - pos]
+        # a scalar broadcasts like the one-element tensor as long as the other operand has at least its rank
+        scalar = value.size == 1 and 1 <= value.ndim <= getattr(other.ty, "ndim", -1)
+        swap = pos == 0 and call.op.name in _COMMUTATIVE
+        if not (scalar or swap):
+            return None
+        if scalar:
+            arg = relax.const(value.reshape(()), str(value.dtype))
+        args = [other, arg] if pos == 1 or swap else [arg, other]
+        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
 
     def _clip(self, call: Any) -> Any:
         """``call_tir(maximum|minimum, (x, scalar))`` from the ONNX Clip importer -> Relax ops."""

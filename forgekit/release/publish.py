@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from ..artifact import metadata as md
 from ..artifact.layout import (BENCH_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, REPORT_FILE, artifact_dir,
-                               library_files,
+                               library_digests, library_files,
                                file_digest, read_metadata)
 from ..artifact.outputs import atomic_directory
 from ..errors import ArtifactError, UsageError
@@ -106,13 +106,11 @@ def _load_artifact(path: Path) -> _Artifact:
     try:
         meta = read_metadata(path)
         target = str(meta["build"]["target_name"])
-        recorded = meta["library"]["sha256"]
-    except (ValueError, KeyError, TypeError) as exc:
+        digests = {**library_digests(meta), LIBRARY_FILE: meta["library"]["sha256"]}  # the baseline's is required
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArtifactError(f"'{path / METADATA_FILE}' is not valid forgekit metadata ({exc!r}).") from None
     # A release must ship exactly what was compiled: refuse a library changed since metadata.json was written.
-    levels = {LIBRARY_FILE: recorded, **{str(v.get("file")): v.get("sha256")
-                                         for v in meta["library"].get("variants") or [] if v.get("file") != LIBRARY_FILE}}
-    for name, sha in levels.items():
+    for name, sha in digests.items():
         if not (path / name).is_file() or file_digest(path / name)[0] != sha:
             raise ArtifactError(f"'{path / name}' does not match the sha256 in its metadata.json: "
                                 "the artifact was modified after compiling.")

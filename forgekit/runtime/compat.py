@@ -14,7 +14,7 @@ from typing import Any
 
 from ..artifact.layout import device_of
 from ..errors import IncompatibleArtifactError, NotAvailableError
-from .cpu import host_arch, host_features, normalize_arch
+from .cpu import first_runnable, host_arch, host_features, normalize_arch
 
 #: ELF e_machine -> architecture, for a library given without metadata
 _ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm", 0x03: "x86", 0xF3: "riscv64"}
@@ -98,17 +98,17 @@ def choose_library(meta: dict[str, Any], library: Path, name: str | None = None)
     if not levels or library.name != (meta.get("library") or {}).get("file", library.name):
         return library, None
     have = host_features()
-    runnable = [v for v in levels if have and set(v.get("cpu_features") or []) <= have]
+    best = first_runnable([v.get("cpu_features") or [] for v in levels], have)
     forced = os.environ.get(LEVEL_ENV, "").strip()
     if forced:
         names = [str(v.get("name")) for v in levels]
         if forced not in names:
             raise IncompatibleArtifactError(f"{LEVEL_ENV}={forced} is not a level of {name or library}: it has "
                                             f"{', '.join(names)}.")
-        if have and forced not in [str(v.get("name")) for v in runnable]:
+        chosen = levels[names.index(forced)]
+        if have and not set(chosen.get("cpu_features") or []) <= have:
             raise IncompatibleArtifactError(f"{LEVEL_ENV}={forced}: this CPU cannot run that level of "
                                             f"{name or library}; unset it to let forgekit choose.")
-        chosen = next(v for v in levels if v.get("name") == forced)
     else:
-        chosen = runnable[0] if runnable else levels[-1]
+        chosen = levels[best] if best is not None else levels[-1]
     return library.parent / str(chosen["file"]), str(chosen["name"])

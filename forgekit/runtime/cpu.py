@@ -141,6 +141,14 @@ def host_features() -> frozenset[str]:
     return frozenset()
 
 
+def first_runnable(requirements: list[list[str]] | list[set[str]], have: frozenset[str]) -> int | None:
+    """Index of the first feature list (levels are listed best first) that ``have`` covers; None when none
+    does or the CPU could not be asked (``have`` empty)."""
+    if not have:
+        return None
+    return next((i for i, needs in enumerate(requirements) if set(needs) <= have), None)
+
+
 #: the features an artifact may require: the instruction-set extensions LLVM emits for numeric code
 #: (vector units, FMA, bit manipulation, dot products).  Left out: what only intrinsics use (aes, sha,
 #: pclmul, rdrnd...) and AMD's sse4a, so a znver4 artifact is not refused on an Intel AVX-512 CPU for them.

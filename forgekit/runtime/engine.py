@@ -47,7 +47,6 @@ class Engine:
     def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None) -> None:
         self.path = Path(path)
         library, meta_path = resolve(self.path)
-        self.library_path = library
         self.metadata: dict[str, Any] = read_metadata(meta_path) if meta_path else {}
         check_runnable(self.metadata, library, str(path))
         #: the instruction-set level chosen for this CPU (portable artifacts; None for single-ISA ones)

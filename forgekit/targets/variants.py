@@ -102,5 +102,18 @@ def variants(spec: TargetSpec, quantized: bool) -> list[Variant]:
             for lv in chosen]
 
 
+def model_variants(spec: TargetSpec, quantization: Any, operators: Any) -> list[Variant]:
+    """:func:`variants` for one model: the int8 levels (VNNI, sdot) for models forgekit quantized
+    (``quantization`` set) and for imported QDQ models (a ``quantize`` op) alike."""
+    return variants(spec, quantized=quantization is not None or "quantize" in operators)
+
+
+def best_here(levels: list[Variant]) -> int | None:
+    """Index of the best level this machine's CPU runs (what an artifact loads here), None when none does."""
+    from ..runtime.cpu import first_runnable, host_features
+
+    return first_runnable([v.cpu_features for v in levels], host_features())
+
+
 def level_names(arch: str) -> tuple[str, ...]:
     return tuple(lv.name for lv in LEVELS[arch])
