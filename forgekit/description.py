@@ -44,3 +44,5 @@ class ModelDescription:
     operators: dict[str, int] = field(default_factory=dict)
     #: bytes of the weights (constants) the library will embed
     weight_bytes: int = 0
+    #: dynamic dimension -> {"min": int, "max": int | None}: the sizes the artifact serves
+    dynamic: dict[str, Any] = field(default_factory=dict)

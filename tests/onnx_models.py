@@ -381,3 +381,45 @@ def ort_qdq_cnn(directory, activation: str = "QInt8"):
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
     return dst
+
+
+def line_recognizer(C=8, H=6, classes=40, seed=0):
+    """A CRNN-style text-line recognizer on ``x[1, C, H, W]`` with a dynamic width ``W``: a padded 3x3 conv,
+    a stride-(2,1) depthwise 3x3, a 1x1 conv, a HardSwish (Clip), then the height folded away by a
+    paddle2onnx-style shape computation (Shape -> Cast(int32) -> Slice -> Cast(int64) -> Concat -> Reshape),
+    a per-column classifier MatMul (``classes`` not a multiple of the vector width) and a Softmax."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, scale=0.3):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    C2, Ho = 16, (H + 2 - 3) // 2 + 1
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("w1", w(C2, C, 3, 3)), ("b1", w(C2, scale=0.1)), ("wd", w(C2, 1, 3, 3)), ("bd", w(C2, scale=0.1)),
+        ("w2", w(C2, C2, 1, 1)), ("b2", w(C2, scale=0.1)), ("fc", w(C2 * Ho, classes)), ("fcb", w(classes)),
+        ("three", np.array(3.0, np.float32)), ("lo", np.array(0.0, np.float32)), ("hi", np.array(6.0, np.float32)),
+        ("sixth", np.array(1 / 6, np.float32)), ("one", np.array([1], np.int64)), ("two", np.array([2], np.int64)),
+        ("zero", np.array([0], np.int64)), ("width", np.array([C2 * Ho], np.int64)),
+    ]]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "wd", "bd"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 1], group=C2),
+        helper.make_node("Conv", ["c2", "w2", "b2"], ["c3"]),
+        helper.make_node("Add", ["c3", "three"], ["a3"]),
+        helper.make_node("Clip", ["a3", "lo", "hi"], ["cl"]),
+        helper.make_node("Mul", ["c3", "cl"], ["m3"]),
+        helper.make_node("Mul", ["m3", "sixth"], ["hs"]),  # HardSwish
+        helper.make_node("Transpose", ["hs"], ["t"], perm=[0, 3, 1, 2]),  # [1, W, C2, Ho]
+        helper.make_node("Shape", ["t"], ["shp"]),
+        helper.make_node("Cast", ["shp"], ["shp32"], to=TensorProto.INT32),
+        helper.make_node("Slice", ["shp32", "one", "two", "zero"], ["wdim32"]),
+        helper.make_node("Cast", ["wdim32"], ["wdim"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["one", "wdim", "width"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["t", "newshape"], ["seq"]),  # [1, W, C2 * Ho]
+        helper.make_node("MatMul", ["seq", "fc"], ["logits0"]),
+        helper.make_node("Add", ["logits0", "fcb"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, C, H, "W"])],
+                  [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)

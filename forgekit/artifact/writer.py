@@ -132,6 +132,7 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "layout": "NHWC" if options.layout == "last" else "NCHW",
             "inputs": [t.to_dict() for t in model.inputs],
             "outputs": [t.to_dict() for t in model.outputs],
+            "dynamic": model.dynamic,  # {} for a model of static shapes
         },
         "build": {
             "opt_level": options.opt_level,

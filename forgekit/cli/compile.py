@@ -13,9 +13,9 @@ from .. import log
 from ..errors import UsageError
 from ..options import CompileOptions, QuantizeOptions, TuneOptions
 from .app import app, command
-from .options import (C, Q, CalibDataOpt, ForceOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg, PasswordFileOpt,
-                      ShapeOpt, model_arg, parse_freeze, parse_shapes, password, quantize_options, rpc_options,
-                      write_json)
+from .options import (C, Q, CalibDataOpt, DynamicOpt, ForceOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg,
+                      PasswordFileOpt, ShapeOpt, model_arg, parse_dynamic, parse_freeze, parse_shapes, password,
+                      quantize_options, rpc_options, write_json)
 
 QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", metavar="DTYPE", help="Quantize conv/matmul: "
                                                     "int8 or uint8 activations.")]
@@ -113,6 +113,7 @@ def compile(  # noqa: A001 - the verb users type
     force: ForceOpt = False,
     uuid: Annotated[Optional[str], typer.Option("--uuid", metavar="UUID", help="UUID to record (default: random).")] = None,
     input_shape: ShapeOpt = None,
+    dynamic: DynamicOpt = None,
     freeze: FreezeOpt = None,
     encrypt: Annotated[bool, typer.Option("--encrypt", help="Encrypt the library (password: "
                                           "FORGEKIT_ENCRYPT_PASSWORD, --password-file or a prompt).")] = False,
@@ -153,7 +154,7 @@ def compile(  # noqa: A001 - the verb users type
     if encrypt:
         options = options.with_(encrypt_password=password(password_file, confirm=True))
     with _stage(f"importing {os.path.basename(path)}"):
-        ir = from_onnx(path, parse_shapes(input_shape), freeze=parse_freeze(freeze))
+        ir = from_onnx(path, parse_shapes(input_shape), freeze=parse_freeze(freeze), dynamic=parse_dynamic(dynamic))
     if qoptions is not None:
         quantize_ir(ir, qoptions.activation_dtype, calib_data, qoptions)
     building = _stage(f"compiling for {target} (opt level {opt_level})") if not tune_trials else contextlib.nullcontext()

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from .app import app, command
-from .options import FreezeOpt, InputPathOpt, JsonOpt, ModelArg, ShapeOpt, fmt_shape, model_arg, parse_freeze
-from .options import parse_shapes, write_json
+from .options import DynamicOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg, ShapeOpt, fmt_shape, model_arg
+from .options import parse_dynamic, parse_freeze, parse_shapes, write_json
 
 
 @app.command()
@@ -19,6 +19,7 @@ def inspect(
     input_path: InputPathOpt = None,
     json_out: JsonOpt = None,
     input_shape: ShapeOpt = None,
+    dynamic: DynamicOpt = None,
     freeze: FreezeOpt = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Only check that the model imports: every unsupported operator (with node names), "
@@ -31,11 +32,12 @@ def inspect(
     if check:
         _check(path, parse_shapes(input_shape), parse_freeze(freeze), json_out)
         return
-    ir = from_onnx(path, parse_shapes(input_shape), freeze=parse_freeze(freeze))
+    ir = from_onnx(path, parse_shapes(input_shape), freeze=parse_freeze(freeze), dynamic=parse_dynamic(dynamic))
     info = {
         "model": path,
         "inputs": [t.to_dict() for t in ir.input_nodes],
         "outputs": [t.to_dict() for t in ir.output_nodes],
+        "dynamic": ir.describe_dynamic(),
         "operators": ir.operators,
         "graph_count": ir.graph_count,
         "subgraph_count": ir.subgraph_count,
@@ -56,6 +58,10 @@ def inspect(
         for t in items:
             table.add_row(kind, t["name"], fmt_shape(t["shape"]), t["dtype"])
     console.print(table)
+    if info["dynamic"]:
+        ranges = ", ".join(f"{k}={r['min']}..{r['max'] if r['max'] is not None else ''}"
+                           for k, r in info["dynamic"].items())
+        console.print(f"dynamic: {ranges}", highlight=False)
     ops = ", ".join(f"{k}×{v}" for k, v in info["operators"].items())
     console.print(f"operators: {ops}", highlight=False)
     console.print(f"hash: {info['hash']}   fingerprint: {info['fingerprint']}", highlight=False)

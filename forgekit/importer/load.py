@@ -44,6 +44,8 @@ class OnnxSource:
     path: str | None = None
     #: input name -> value: inputs turned into constants before import
     freeze: dict[str, Any] = field(default_factory=dict)
+    #: dynamic dimension -> its bounds (:class:`forgekit.importer.dynamic.DimRange`)
+    dynamic: dict[str, Any] = field(default_factory=dict)
 
 
 def load_onnx(model_or_path: Any) -> tuple[onnx.ModelProto, str | None]:

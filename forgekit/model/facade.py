@@ -89,28 +89,34 @@ class IRModule(QuantizationMixin):
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_onnx(cls, model_or_path: Any, shape_dict: dict[str, Sequence[int | str]] | None = None, *,
-                  freeze: dict[str, Any] | None = None, fold_constants: bool = True,
-                  fold_batch_norms: bool = True) -> IRModule:
+                  freeze: dict[str, Any] | None = None, dynamic: dict[str, Any] | None = None,
+                  fold_constants: bool = True, fold_batch_norms: bool = True) -> IRModule:
         """Import an ONNX model (path, bytes or ``onnx.ModelProto``).
 
         ``shape_dict`` pins input shapes by name, e.g. ``{"x": [1, 3, 224, 224]}``; a string dim stays
-        symbolic.  ``freeze`` turns inputs into constants (``{"sample_rate": 16000}``), so ``If``s and shape
-        computations on them fold.  Every unsupported operator is reported at once
-        (:class:`~forgekit.errors.UnsupportedOperatorError`).
+        symbolic, and the artifact serves every size of it.  ``dynamic`` bounds such dims
+        (``{"W": "32..2048"}`` or ``{"W": (32, 2048)}``): the runtime refuses sizes outside.  ``freeze``
+        turns inputs into constants (``{"sample_rate": 16000}``), so ``If``s and shape computations on them
+        fold.  Every unsupported operator is reported at once (:class:`~forgekit.errors.UnsupportedOperatorError`).
         """
+        from ..importer.dynamic import parse_ranges
         from ..importer.load import OnnxSource, load_onnx, normalize_shape_dict
 
         model, path = load_onnx(model_or_path)
-        source = OnnxSource(model, normalize_shape_dict(model, shape_dict), path, dict(freeze or {}))
+        source = OnnxSource(model, normalize_shape_dict(model, shape_dict), path, dict(freeze or {}),
+                            parse_ranges(dynamic))
         return cls._from_source(source, fold_constants=fold_constants, fold_batch_norms=fold_batch_norms)
 
     @classmethod
     def _from_source(cls, source: Any, **options: bool) -> IRModule:
+        from ..importer.dynamic import annotate
         from ..importer.pipeline import import_source
 
         imported = import_source(source)
-        return cls(imported.mod, input_names=[i.name for i in imported.inputs],
-                   output_names=[o.name for o in imported.outputs], source=source, **options)
+        ir = cls(imported.mod, input_names=[i.name for i in imported.inputs],
+                 output_names=[o.name for o in imported.outputs], source=source, **options)
+        ir._mod = annotate(ir._mod, source.dynamic)
+        return ir
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -212,6 +218,12 @@ class IRModule(QuantizationMixin):
         floats = [d for d in self.input_dtypes if d.startswith(("float", "bfloat"))]
         return floats[0] if floats else "float32"
 
+    def describe_dynamic(self) -> dict[str, dict[str, Any]]:
+        """Every dynamic dimension with the sizes it may take: ``{"W": {"min": 32, "max": 2048}}``."""
+        from ..importer.dynamic import ranges_of
+
+        return {k: r.to_dict() for k, r in ranges_of(self._mod).items()}
+
     def describe(self) -> ModelDescription:
         """What an artifact's metadata says about this model (plain data for the compile stage)."""
         import os
@@ -221,7 +233,8 @@ class IRModule(QuantizationMixin):
                                 os.path.basename(source) if source else None, f"{self.structural_hash():016x}",
                                 self.fingerprint, self.precision, self._state.quantization,
                                 self._state.quantization_report, self.operators,
-                                sum(int(const_array(c).nbytes) for c in constants(self._mod["main"])))
+                                sum(int(const_array(c).nbytes) for c in constants(self._mod["main"])),
+                                self.describe_dynamic())
 
     # ------------------------------------------------------------------ identity
     def structural_hash(self) -> int:
@@ -329,10 +342,11 @@ class IRModule(QuantizationMixin):
         CompileOptions(opt_level=opt_level)  # validates the level
         vm = relax.VirtualMachine(build_executable(self._mod, spec, opt_level=opt_level), tvm.cpu())
         specs = [t.to_dict() for t in self.input_nodes]
+        ranges = self.describe_dynamic()
         n_out = self.output_count
 
         def infer(*arrays: Any) -> Any:
-            checked = check_inputs(specs, arrays)
+            checked = check_inputs(specs, arrays, ranges)
             result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in checked])
             outputs = flatten_outputs(result)
             return outputs[0] if n_out == 1 else outputs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -10,10 +11,12 @@ from ..errors import CompileError
 
 
 def _dim(value: Any) -> int | str:
+    """A static dim as an int; a symbolic one as its expression in plain arithmetic (``(W - 5) // 8 + 1``,
+    not TVM's ``(W - T.int64(5)) // T.int64(8) + T.int64(1)``)."""
     try:
         return int(value)
     except (TypeError, ValueError):
-        return str(value)
+        return re.sub(r"T\.int(?:32|64)\((-?\d+)\)", r"\1", str(value))
 
 
 def tensor_infos(ty: Any) -> list[tuple[tuple[int | str, ...], str]]:

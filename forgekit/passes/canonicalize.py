@@ -138,6 +138,9 @@ class Canonicalizer(relax.PyExprMutator):
         except Exception:  # noqa: BLE001 - not a simple elementwise PrimFunc
             return None
         args = list(call.args[1].fields)
+        # on symbolic shapes the call also passes the shape variables it uses (``W``)
+        if len(args) > 2 and all(tvm.ir.is_prim_expr(a) for a in args[2:]):
+            args = args[:2]
         value = self._const(args[1]) if len(args) == 2 else None
         if value is None or value.size != 1 or blocks not in (["T_maximum"], ["T_minimum"]):
             return None
@@ -147,9 +150,8 @@ class Canonicalizer(relax.PyExprMutator):
         # A per-channel-shaped constant (like a conv bias) keeps ConvertLayout happy; a 0-d scalar operand
         # makes it fall back to transposes around every clip.
         ty = args[0].ty
-        shape = [int(d) for d in ty.shape.values] if ty.shape is not None and all(
-            isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values) else None
-        cshape = [1, shape[1], 1, 1] if shape is not None and len(shape) == 4 else []
+        dims = list(ty.shape.values) if ty.shape is not None else []
+        cshape = [1, int(dims[1]), 1, 1] if len(dims) == 4 and isinstance(dims[1], tvm.tirx.IntImm) else []
         constant = relax.const(np.full(cshape, scalar, dtype=str(ty.dtype)))
         return relax.op.maximum(args[0], constant) if blocks == ["T_maximum"] else relax.op.minimum(args[0], constant)
 

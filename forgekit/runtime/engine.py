@@ -102,7 +102,7 @@ class Engine:
         else:
             arrays = list(args)
         if self._inputs:
-            arrays = check_inputs(self._inputs, arrays)
+            arrays = check_inputs(self._inputs, arrays, self.metadata.get("model", {}).get("dynamic"))
         return [aligned_copy(np.asarray(a)) for a in arrays]
 
     def infer(self, *inputs: Any) -> list[np.ndarray]:

@@ -36,9 +36,11 @@ def fmt_shape(shape: Sequence[Any]) -> str:
     return "x".join(str(d) for d in shape) or "scalar"
 
 
-def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any]) -> list[np.ndarray]:
+def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any],
+                 ranges: Mapping[str, Mapping[str, Any]] | None = None) -> list[np.ndarray]:
     """``arrays`` as numpy arrays after checking count, dtype, rank and every static dimension against
-    ``specs``; a symbolic dimension must have the same value wherever its symbol appears.  One-line
+    ``specs``; a symbolic dimension must have the same value wherever its symbol appears, within its
+    ``ranges`` entry (``{"W": {"min": 32, "max": 2048}}``, metadata ``model.dynamic``).  One-line
     :class:`InputError` s name the input, what it got and what the model expects."""
     names = [s["name"] for s in specs]
     if len(arrays) != len(specs):
@@ -61,6 +63,12 @@ def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any]) -> l
                 continue
             if got < 1:
                 raise InputError(f"Input '{name}' dimension {axis} ('{want}') is {got}: it must be at least 1.")
+            bounds = (ranges or {}).get(str(want)) or {}
+            low, high = bounds.get("min") or 1, bounds.get("max")
+            if got < low or (high is not None and got > high):
+                raise InputError(f"Input '{name}' has {want}={got} (dimension {axis}); this artifact serves {want} "
+                                 f"from {low} to {high if high is not None else 'any size'}: recompile with "
+                                 f"--dynamic {want}={min(low, got)}..{max(high or got, got)} to serve it.")
             seen = bound.setdefault(str(want), (got, name))
             if seen[0] != got:
                 raise InputError(f"Input '{name}' has {want}={got} but input '{seen[1]}' has {want}={seen[0]}: "

@@ -36,14 +36,16 @@ def stack_budget(tinfo: IsaInfo, lanes: int | None = None, elem_bytes: int = 4) 
 
 
 def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
-    """(vector tile, register tile) for a vector axis of ``ev`` and a register axis of ``er`` elements."""
+    """(vector tile, register tile) for a vector axis of ``ev`` and a register axis of ``er`` elements
+    (None: a symbolic extent, which the legalization rounds up to the register tile)."""
     lanes, budget = tinfo.vec_lanes, stack_budget(tinfo)
     best: tuple[int, int, int] | None = None
     for nv in (2, 1, 4):
         vt = lanes * nv
         if ev % vt:
             continue
-        rt = best_divisor(er, max(1, budget // nv)) if er else 1
+        # a symbolic axis is rounded up to the tile (packed_conv._round_up): any tile size divides it
+        rt = min(8, max(1, budget // nv)) if er is None else best_divisor(er, max(1, budget // nv))
         score = min(rt, 8) * nv  # FMAs per (broadcast + vector loads) ~ reuse
         if best is None or score > best[2]:
             best = (vt, rt, score)
@@ -51,6 +53,6 @@ def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
         vt = best_divisor(ev, lanes)
         if vt < lanes // 2 and ev <= lanes * 2:
             vt = ev
-        rt = best_divisor(er, budget) if er else 1
+        rt = min(8, budget) if er is None else best_divisor(er, budget)
         best = (vt, rt, 0)
     return best[0], best[1]

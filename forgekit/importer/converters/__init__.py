@@ -11,7 +11,7 @@ Converters follow TVM's convention: an ``OnnxOpConverter`` subclass with
 One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
-:mod:`.pool` (SAME padding).
+:mod:`.pool` (SAME padding), :mod:`.shapes` (integer casts of symbolic shapes).
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import onehot, pool, quant, resize, rnn, slicing
+from . import onehot, pool, quant, resize, rnn, shapes, slicing
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
 EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **slicing.CONVERTERS,
-                                     **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS}
+                                     **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS,
+                                     **shapes.CONVERTERS}
 
 #: ops the frontend handles outside its convert map.
 DIRECTLY_HANDLED = {"If"}

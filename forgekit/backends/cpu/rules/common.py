@@ -77,6 +77,10 @@ def vectorize_inner(sch: Schedule, block: SBlockRV, lanes: int, max_vec: int | N
 # fork/join (a few us, much more when the machine is oversubscribed and a worker is descheduled).
 MIN_PARALLEL_ELEMS = 16384
 
+#: What a symbolic extent (a dynamic width, a sequence length) counts as when deciding whether a kernel
+#: is big enough to run in parallel: sizes are dynamic because they are large.
+SYMBOLIC_GUESS = 64
+
 
 def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 2) -> None:
     """Parallelize+vectorize a spatial (injective) block: fuse all loops, vectorize inner lanes,
@@ -86,8 +90,14 @@ def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 
         return
     exts = [ext(sch, l) for l in loops]
     if any(e is None for e in exts):
-        # symbolic: just parallelize the outermost loop
-        sch.parallel(loops[0])
+        # symbolic: one parallel loop over the axes up to the first symbolic one (parallelizing only the
+        # outermost would run a batch of 1 on one core; fusing a symbolic axis with the axes inside it
+        # makes index splits TVM's lowering cannot prove), vector lanes over a static innermost axis
+        first = exts.index(None)
+        if first < len(loops) - 1 and exts[-1] is not None and exts[-1] % lanes == 0:
+            _, vi = sch.split(loops[-1], [None, lanes])
+            sch.vectorize(vi)
+        sch.parallel(sch.fuse(*loops[:first + 1]) if first else loops[0])
         return
     inner_e = exts[-1]
     total0 = 1
@@ -175,7 +185,23 @@ def epilogue_covers(sch: Schedule, main: SBlockRV, last: SBlockRV) -> bool:
     if "if_then_else" in text or "Select" in text:
         return False
     n_in, n_out = _numel(produced.shape), _numel(written.shape)
-    return n_in is not None and n_out is not None and n_out <= n_in
+    if n_in is None or n_out is None:
+        # symbolic extents, e.g. a kernel computed on rows rounded up to its tile (packed_conv._round_up)
+        # and sliced back: TVM's analyzer cannot prove ``W <= ceil(W / 8) * 8``, so ask instead that
+        # every element of ``last`` reads ``main`` at its own index
+        return _reads_at_own_index(sch.get(last), produced)
+    return n_out <= n_in
+
+
+def _reads_at_own_index(block: Any, buffer: Any) -> bool:
+    """Whether ``block`` reads ``buffer`` only at the block's own (spatial) index, one element each."""
+    ivars = [iv.var for iv in block.iter_vars]
+    regions = [r for r in block.reads if r.source.same_as(buffer)]
+    return bool(regions) and all(
+        len(r.region) == len(ivars) and all(
+            rng.min.same_as(v) and isinstance(rng.extent, tirx.IntImm) and int(rng.extent) == 1
+            for rng, v in zip(r.region, ivars))
+        for r in regions)
 
 
 def attach_epilogue(sch: Schedule, main: SBlockRV, consumers: list[SBlockRV], outer: LoopRV, scope: str,

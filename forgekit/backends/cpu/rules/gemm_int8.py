@@ -23,6 +23,7 @@ from tvm.s_tir.schedule import SBlockRV
 from .. import int8
 from .base import ScheduleRule
 from .common import (
+    SYMBOLIC_GUESS,
     acc_scope,
     attach_epilogue,
     best_divisor,
@@ -93,7 +94,7 @@ class GemmInt8Rule(ScheduleRule):
         nv, rt = choose_int8_tile(ev // lanes, er, stack_budget(tinfo, lanes=lanes))
         macs = 1
         for l in loops:
-            macs *= ext(sch, l) or 1
+            macs *= ext(sch, l) or SYMBOLIC_GUESS
         v_o, v_n, v_l = sch.split(sl[-1], [None, nv, lanes])
         r_o, r_i = sch.split(sl[-2], [None, rt])
         others = list(sl[:-2])

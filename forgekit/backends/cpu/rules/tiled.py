@@ -30,6 +30,7 @@ from tvm.s_tir.schedule import SBlockRV
 
 from ..tiling import choose_tiles
 from .common import (
+    SYMBOLIC_GUESS,
     acc_scope,
     attach_epilogue,
     blocks_of,
@@ -115,8 +116,10 @@ def analyze(sch: Schedule) -> GemmLike | None:
     if rpos == vpos:
         rpos = None
     loops = sch.get_loops(blk)
-    need = [vpos] + ([rpos] if rpos is not None else []) + list(range(ns, len(loops)))
-    if any(ext(sch, loops[k]) is None for k in need):  # only batch-like axes may be symbolic
+    # the vector axis and the reduction need static extents (weights are packed for them); batch-like
+    # axes and the register axis (an image width, a sequence length) may be symbolic
+    need = [vpos] + list(range(ns, len(loops)))
+    if any(ext(sch, loops[k]) is None for k in need):
         return None
     # everything before the reduction must be spatial producers, everything after consumers
     return GemmLike(blk, idx, vpos, rpos, ns)
@@ -158,7 +161,8 @@ def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any
     vts = [lanes * nv for nv in (1, 2, 4) if ev % (lanes * nv) == 0] or [vt0]
     for vt in vts:
         nv = max(1, vt // lanes)
-        rts = [d for d in divisors(er) if d * nv <= budget] if er else [1]
+        # a symbolic axis is padded to a multiple of the default tile: only its divisors keep full tiles
+        rts = [d for d in divisors(er or rt0) if d * nv <= budget]
         rts = sorted(set(rts))[-4:]  # the largest few: tiny tiles are never competitive
         for rt in rts:
             for order in ORDERS:
@@ -188,7 +192,7 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
         vt, rt, order = knobs["vt"], knobs["rt"], knobs.get("order", DEFAULT_ORDER)
     macs = 1
     for l in sl + rl:
-        macs *= ext(sch, l) or 1
+        macs *= ext(sch, l) or SYMBOLIC_GUESS
 
     v_o, v_i = sch.split(sl[g.vpos], [None, vt])
     if g.rpos is not None:
@@ -196,19 +200,24 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
     else:
         r_o = r_i = None
     others = [l for k, l in enumerate(sl) if k not in (g.vpos, g.rpos)]
+    # A symbolic register axis (a dynamic width or sequence length) stays a serial loop inside the
+    # parallel one: fused into it, every tile would split its index by a symbolic extent (integer
+    # divisions per tile: PP-OCRv4 rec's 120x6625 classifier ran 3.5x slower than its static twin).
+    serial_r = r_o is not None and ext(sch, r_o) is None
+    tiles = [r_o] if r_o is not None and not serial_r else []
     if order == "spatial_outer":
-        outer_list = others + ([r_o] if r_o is not None else []) + [v_o]
+        outer_list = others + tiles + [v_o]
     else:
-        outer_list = [v_o] + others + ([r_o] if r_o is not None else [])
+        outer_list = [v_o] + others + tiles
     inner_list = ([r_i] if r_i is not None else []) + [v_i]
-    sch.reorder(*outer_list, *rl, *inner_list)
+    sch.reorder(*outer_list, *([r_o] if serial_r else []), *rl, *inner_list)
     outer = sch.fuse(*outer_list) if len(outer_list) > 1 else outer_list[0]
     if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1):
         sch.parallel(outer)
 
     # epilogue: inline the elementwise chain and compute it per tile
     acc_bytes = vt * rt * tvm.DataType(str(sch.get(main).writes[0].source.dtype)).bits // 8
-    attach_epilogue(sch, main, consumers, outer, acc_scope(acc_bytes), lanes)
+    attach_epilogue(sch, main, consumers, r_o if serial_r else outer, acc_scope(acc_bytes), lanes)
 
     # micro-kernel: unroll the register tile, vectorize the lanes
     if vt > lanes and vt % lanes == 0:

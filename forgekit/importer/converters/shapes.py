@@ -1,0 +1,53 @@
+"""Shape arithmetic that stays shape arithmetic on symbolic dimensions.
+
+TVM's frontend carries an ONNX ``Shape`` result as a ``relax.ShapeExpr`` (values ``1, 3, 48, W``), and its
+Slice, Gather, Concat, Unsqueeze and Reshape converters compute on ShapeExprs directly.  Exporters such
+as paddle2onnx put ``Cast(to=int32)`` ... ``Cast(to=int64)`` around every shape computation; TVM's Cast
+turns a symbolic ShapeExpr into a runtime int32 tensor, after which ``Reshape`` fails with "Reshape
+requires the input new shape to be Shape" (PP-OCRv4 rec with a dynamic width).  An integer Cast of a
+ShapeExpr is the identity on its values, so it keeps the ShapeExpr; a float Cast still makes a tensor.
+
+``Range(0, S, 1)`` on a symbolic ``S`` (position ids: ``arange(input_ids.shape[1])`` in every BERT export)
+is computed by TVM with runtime tensors, so its length, and that of everything downstream, is unknown
+("shape_of expects a tensor input" at the next Shape/Gather).  With integer constants for start and step
+and a symbolic limit it becomes ``relax.op.arange``, whose length is ``S``.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as _fe
+
+
+class Cast(_fe.Cast):
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        if isinstance(inputs[0], relax.ShapeExpr) and _fe.get_type(attr["to"]).startswith("int"):
+            return inputs[0]
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+def _int_scalar(x, params):
+    """A Python int for an integer constant of one element, the expression for an integer PrimExpr, else None."""
+    x = _fe.get_constant(x, params)
+    if isinstance(x, tvm.ir.GenericConst):
+        value = x.value.numpy()
+        return int(value.reshape(-1)[0]) if value.size == 1 and value.dtype.kind in "iu" else None
+    if tvm.ir.is_prim_expr(x) and "int" in str(getattr(x, "dtype", None) or x.ty):
+        return x
+    return None
+
+
+class Range(_fe.Range):
+    @classmethod
+    def _impl_v12(cls, bb, inputs, attr, params):
+        start, limit, delta = (_int_scalar(x, params) for x in inputs[:3])
+        if isinstance(start, int) and isinstance(delta, int) and delta > 0 and tvm.ir.is_prim_expr(limit) \
+                and not isinstance(limit, int):
+            dtype = str(_fe.get_constant(inputs[0], params).ty.dtype)
+            return relax.op.arange(start, limit, delta, dtype=dtype)
+        return super()._impl_v12(bb, inputs, attr, params)
+
+
+CONVERTERS = {"Cast": Cast, "Range": Range}
