@@ -423,3 +423,23 @@ def line_recognizer(C=8, H=6, classes=40, seed=0):
     ]
     return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, C, H, "W"])],
                   [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)
+
+
+def attention_block(d=32, seed=0):
+    """Single-head self-attention on ``x[1, S, d]`` with a dynamic sequence length ``S``: projections
+    (constant weights), ``q @ k^T`` ([S, d] x [d, S]: symbolic rows and columns), a scaled softmax and
+    ``p @ v`` ([S, S] x [S, d]: a symbolic reduction), then an output projection."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) * d ** -0.5).astype(np.float32), n)
+             for n in ("wq", "wk", "wv", "wo")]
+    inits.append(numpy_helper.from_array(np.array(d ** -0.5, np.float32), "scale"))
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "wq"], ["q"]), n("MatMul", ["x", "wk"], ["k"]), n("MatMul", ["x", "wv"], ["v"]),
+        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s"]),
+        n("Softmax", ["s"], ["p"], axis=-1),
+        n("MatMul", ["p", "v"], ["o"]), n("MatMul", ["o", "wo"], ["y"]),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, "S", d])],
+                  [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)

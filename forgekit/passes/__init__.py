@@ -60,6 +60,30 @@ def _relax(name: str, **kwargs: Any) -> Callable[[], Any]:
     return make
 
 
+def _static_shapes_only(name: str) -> Callable[[], Any]:
+    """TVM's pass ``name``, skipped for a model with symbolic input dims.
+
+    FuseTransposeMatmul turns ``q @ transpose(k)`` into an ``NT_matmul`` PrimFunc of its own, which the
+    symbolic-extent matmul legalization (backends/cpu/dynamic_matmul.py) never sees: on a dynamic sequence
+    length that kernel fell to the generic reduction schedule."""
+    def make() -> Any:
+        import tvm
+        from tvm import relax, tirx
+
+        inner = getattr(relax.transform, name)()
+
+        @tvm.ir.transform.module_pass(opt_level=0, name=f"forgekit.{name}IfStatic")
+        def wrapped(mod: Any, ctx: Any) -> Any:
+            main = mod["main"] if "main" in [gv.name_hint for gv in mod.get_global_vars()] else None
+            dims = [d for p in (main.params if main is not None else [])
+                    for d in (getattr(getattr(p.ty, "shape", None), "values", None) or [])]
+            return mod if any(isinstance(d, tirx.Var) for d in dims) else inner(mod)
+
+        return wrapped
+
+    return make
+
+
 def _fold_batch_norms() -> Any:
     from .batchnorm import fold_batch_norms_pass
 
@@ -79,7 +103,7 @@ register_pass("EliminateCommonSubexpr", 1, _relax("EliminateCommonSubexpr"))
 register_pass("DeadCodeElimination", 1, _relax("DeadCodeElimination"))
 register_pass("forgekit.FoldBatchNorm", 2, _fold_batch_norms)
 register_pass("FoldConstant.2", 2, _relax("FoldConstant"))
-register_pass("FuseTransposeMatmul", 3, _relax("FuseTransposeMatmul"))
+register_pass("FuseTransposeMatmul", 3, _static_shapes_only("FuseTransposeMatmul"))
 register_pass("CombineParallelMatmul", 3, _relax("CombineParallelMatmul"))
 register_pass("FoldConstant.3", 3, _relax("FoldConstant"))
 register_pass("forgekit.ToNHWC", 0, _to_nhwc, when=lambda precision, layout: layout == "last")

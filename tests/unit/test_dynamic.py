@@ -23,7 +23,7 @@ from forgekit.options import OPT_LEVELS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import assert_close, ort_run  # noqa: E402
-from onnx_models import line_recognizer  # noqa: E402
+from onnx_models import attention_block, line_recognizer  # noqa: E402
 
 WIDTHS = (1, 5, 16, 37)
 
@@ -53,6 +53,26 @@ def test_symbolic_width_takes_the_fast_kernels() -> None:
     forgekit.from_onnx(line_recognizer(), {"x": [1, 8, 6, "W"]}).get_inference_function("host", opt_level=3)
     rules = {name: rule for name, rule in STATS.items() if "conv2d" in name or "matmul" in name}
     assert rules and set(rules.values()) <= {"conv2d", "matmul"}, rules
+
+
+@pytest.mark.parametrize("level", OPT_LEVELS)
+def test_attention_on_a_dynamic_sequence_at_every_level(level: int) -> None:
+    """q @ k^T has symbolic rows and columns, p @ v a symbolic reduction: rounded-up tiles
+    (backends/cpu/dynamic_matmul.py), results as onnxruntime's for lengths that are not tile multiples."""
+    model = attention_block()
+    run = forgekit.from_onnx(model, {"x": [1, "S", 32]}).get_inference_function("host", opt_level=level)
+    for length in (1, 5, 16, 37):
+        x = np.random.default_rng(length).standard_normal((1, length, 32)).astype(np.float32)
+        assert_close(run(x), ort_run(model, {"x": x})[0])
+
+
+def test_attention_on_a_dynamic_sequence_takes_the_matmul_kernel() -> None:
+    """Before: both activation matmuls fell to the generic reduction kernel (30x slower at S=128)."""
+    from forgekit.backends.cpu.registry import STATS
+
+    forgekit.from_onnx(attention_block(), {"x": [1, "S", 32]}).get_inference_function("host", opt_level=3)
+    rules = {name: rule for name, rule in STATS.items() if "matmul" in name}
+    assert len(rules) >= 3 and set(rules.values()) == {"matmul"}, rules
 
 
 def test_integer_casts_of_a_symbolic_shape_stay_shapes() -> None:

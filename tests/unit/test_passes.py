@@ -112,7 +112,7 @@ def test_registry_by_level_and_options() -> None:
     names = {level: [p.info.name for p in graph_passes(level)] for level in OPT_LEVELS}
     assert "FoldConstant" not in names[0] and "FoldConstant" in names[1]
     assert "forgekit.FoldBatchNorm" in names[2] and "forgekit.FoldBatchNorm" not in names[1]
-    assert "FuseTransposeMatmul" in names[3]
+    assert "forgekit.FuseTransposeMatmulIfStatic" in names[3]
     assert "ToMixedPrecision" in [p.info.name for p in graph_passes(3, precision="float16")]
     assert "forgekit.ToNHWCOrKeep" in [p.info.name for p in graph_passes(0, layout="last")]
     with pytest.raises(ValueError, match="already registered"):

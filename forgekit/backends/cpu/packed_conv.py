@@ -15,7 +15,8 @@ import numpy as np
 import tvm
 from tvm import relax, te, topi
 
-from .tiling import choose_tiles
+from .dynamic_matmul import legalize_dynamic_matmul
+from .tiling import choose_tiles, round_up
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -43,17 +44,6 @@ def _ints(x: Any) -> list[int]:
 def _int_or_expr(v: Any) -> Any:
     """A shape value as a Python int when static, else the symbolic expression itself."""
     return int(v) if isinstance(v, tvm.tirx.IntImm) else v
-
-
-def _round_up(extent: Any, tile: int) -> Any:
-    """A symbolic ``extent`` rounded up to a multiple of ``tile``.
-
-    A kernel whose register-tiled axis is symbolic (an image width, a sequence length) computes this
-    many rows, the extra ones on a clamped (valid, repeated) input row, and its epilogue slices them
-    off: every tile is full, so the micro-kernel runs without a bounds predicate on each multiply-add.
-    Tiles of a bare split of the symbolic axis carry that predicate: 2.9x slower (PP-OCRv4 rec, W=320).
-    """
-    return tvm.tirx.floordiv(extent + (tile - 1), tile) * tile
 
 
 def conv_geometry(attrs: Any, h: Any, w: Any, kh: int,
@@ -121,7 +111,7 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
         vt, rt = choose_tiles(ocp, ow if isinstance(ow, int) else None, tinfo)
         if ocp % vt:
             return _default(bb, call)
-        owp = ow if isinstance(ow, int) else _round_up(ow, rt)
+        owp = ow if isinstance(ow, int) else round_up(ow, rt)
         packed = np.ascontiguousarray(
             w.reshape(kh, kw, icg, ocp // vt, vt).transpose(3, 0, 1, 2, 4))
         ocg = oc // groups
@@ -156,7 +146,10 @@ def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
     def _legalize(bb: Any, call: Any) -> Any:
         x, weight = call.args
         w = _const_value(weight)
-        if w is None or w.ndim != 2 or str(x.ty.dtype) != "float32" or x.ty.shape is None:
+        if w is None:
+            dynamic = legalize_dynamic_matmul(bb, call, tinfo)
+            return dynamic if dynamic is not None else _default(bb, call)
+        if w.ndim != 2 or str(x.ty.dtype) != "float32" or x.ty.shape is None:
             return _default(bb, call)
         if str(call.attrs.out_dtype) not in ("", "None", "void", "float32"):
             return _default(bb, call)
@@ -178,7 +171,7 @@ def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
             return _default(bb, call)
         packed = np.ascontiguousarray(w.reshape(k, npad // vt, vt).transpose(1, 0, 2))
         lead = xs[:-1]
-        mp = m if isinstance(m, int) else _round_up(m, rt)
+        mp = m if isinstance(m, int) else round_up(m, rt)
         row = (lambda i: i) if mp is m else (lambda i: tvm.tirx.min(i, m - 1))  # noqa: E731
 
         def f(a: Any, bp: Any) -> Any:

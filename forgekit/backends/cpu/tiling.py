@@ -3,7 +3,9 @@ weights are packed for the tile the rule will pick), and the stack budget of a m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from tvm import tirx
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -35,6 +37,16 @@ def stack_budget(tinfo: IsaInfo, lanes: int | None = None, elem_bytes: int = 4) 
     return max(1, min(tinfo.acc_budget, (STACK_BYTES - 1) // ((lanes or tinfo.vec_lanes) * elem_bytes)))
 
 
+def _symbolic_tile(limit: int) -> int:
+    """Register tile of a symbolic axis, which is rounded up to it (:func:`round_up`): a power of two, so
+    the usual sizes (16, 128, 80 = 320 / 4) waste no rows.  Measured on a BERT-style encoder at S=16: a
+    7-row tile computed 21 rows and ran 1.4x its static twin."""
+    tile = 1
+    while tile * 2 <= min(8, limit):
+        tile *= 2
+    return tile
+
+
 def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
     """(vector tile, register tile) for a vector axis of ``ev`` and a register axis of ``er`` elements
     (None: a symbolic extent, which the legalization rounds up to the register tile)."""
@@ -44,8 +56,7 @@ def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
         vt = lanes * nv
         if ev % vt:
             continue
-        # a symbolic axis is rounded up to the tile (packed_conv._round_up): any tile size divides it
-        rt = min(8, max(1, budget // nv)) if er is None else best_divisor(er, max(1, budget // nv))
+        rt = _symbolic_tile(max(1, budget // nv)) if er is None else best_divisor(er, max(1, budget // nv))
         score = min(rt, 8) * nv  # FMAs per (broadcast + vector loads) ~ reuse
         if best is None or score > best[2]:
             best = (vt, rt, score)
@@ -53,6 +64,18 @@ def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
         vt = best_divisor(ev, lanes)
         if vt < lanes // 2 and ev <= lanes * 2:
             vt = ev
-        rt = min(8, budget) if er is None else best_divisor(er, budget)
+        rt = _symbolic_tile(budget) if er is None else best_divisor(er, budget)
         best = (vt, rt, 0)
     return best[0], best[1]
+
+
+def round_up(extent: Any, tile: int) -> Any:
+    """A symbolic ``extent`` rounded up to a multiple of ``tile``.
+
+    A kernel whose tiled axis is symbolic (an image width, a sequence length) computes this many rows or
+    columns, the extra ones from a clamped (valid, repeated) input row or a zero-padded column, and its
+    epilogue slices them off: every tile is full, so the micro-kernel runs without a bounds predicate on
+    each multiply-add.  Tiles of a bare split of the symbolic axis carry that predicate: 2.9x slower
+    (PP-OCRv4 rec, W=320).
+    """
+    return tirx.floordiv(extent + (tile - 1), tile) * tile

@@ -24,7 +24,7 @@ class Conv2DRule(ScheduleRule):
     name = "conv2d"
 
     def matches(self, sch: Schedule, tinfo: IsaInfo) -> GemmLike | None:
-        g = tiled.analyze(sch)
+        g = tiled.analyze(sch, tinfo)
         if g is None:
             return None
         name = sch.get(g.block).name_hint

@@ -24,7 +24,7 @@ class MatmulRule(ScheduleRule):
     name = "matmul"
 
     def matches(self, sch: Schedule, tinfo: IsaInfo) -> GemmLike | None:
-        return tiled.analyze(sch)
+        return tiled.analyze(sch, tinfo)
 
     def space(self, sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any]]:
         """Knob settings to measure when tuning (the default first)."""

@@ -28,6 +28,7 @@ from tvm.ir import TensorLoad as _BufferLoad
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
+from ..dynamic_matmul import symbolic_vector_tile
 from ..tiling import choose_tiles
 from .common import (
     SYMBOLIC_GUESS,
@@ -83,7 +84,7 @@ def _is_mac(store: Any) -> bool:
     return False
 
 
-def analyze(sch: Schedule) -> GemmLike | None:
+def analyze(sch: Schedule, tinfo: IsaInfo | None = None) -> GemmLike | None:
     """Return GemmLike for the single MAC reduction block of the function, or None."""
     blocks = blocks_of(sch)
     red = [(i, b) for i, b in enumerate(blocks) if is_reduction(sch, b)]
@@ -116,10 +117,12 @@ def analyze(sch: Schedule) -> GemmLike | None:
     if rpos == vpos:
         rpos = None
     loops = sch.get_loops(blk)
-    # the vector axis and the reduction need static extents (weights are packed for them); batch-like
-    # axes and the register axis (an image width, a sequence length) may be symbolic
-    need = [vpos] + list(range(ns, len(loops)))
-    if any(ext(sch, loops[k]) is None for k in need):
+    # Batch-like axes, the register axis (an image width, a sequence length) and the reduction may be
+    # symbolic; a symbolic vector axis only when its extent is a multiple of the vector tile (a column
+    # count rounded up by dynamic_matmul): a predicate on vector lanes does not vectorize.
+    vext = sch.get(loops[vpos]).extent
+    if not isinstance(vext, tirx.IntImm) and (tinfo is None or not tvm.sym.Analyzer().can_prove(
+            tirx.floormod(vext, symbolic_vector_tile(tinfo)) == 0)):
         return None
     # everything before the reduction must be spatial producers, everything after consumers
     return GemmLike(blk, idx, vpos, rpos, ns)
@@ -144,6 +147,14 @@ def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None]:
     return ev, er
 
 
+def _tiles(ev: int | None, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
+    """(vector tile, register tile); a symbolic vector axis has dynamic_matmul's tile."""
+    if ev is None:
+        vt = symbolic_vector_tile(tinfo)
+        return vt, choose_tiles(vt, er, tinfo)[1]
+    return choose_tiles(ev, er, tinfo)
+
+
 def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any]]:
     """Every knob setting the micro-kernel supports for this block, the untuned default first.
 
@@ -156,7 +167,9 @@ def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any
 
     ev, er = _extents(sch, g)
     lanes, budget = tinfo.vec_lanes, tinfo.acc_budget
-    vt0, rt0 = choose_tiles(ev, er, tinfo)
+    vt0, rt0 = _tiles(ev, er, tinfo)
+    if ev is None:  # a column count rounded up to the vector tile: that tile only
+        return [{"vt": vt0, "rt": rt, "order": order} for rt in divisors(rt0) for order in ORDERS]
     space = [{"vt": vt0, "rt": rt0, "order": DEFAULT_ORDER}]
     vts = [lanes * nv for nv in (1, 2, 4) if ev % (lanes * nv) == 0] or [vt0]
     for vt in vts:
@@ -186,7 +199,7 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
     sl, rl = loops[: g.n_spatial], loops[g.n_spatial:]
     ev = ext(sch, sl[g.vpos])
     er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
-    vt, rt = choose_tiles(ev, er, tinfo)
+    vt, rt = _tiles(ev, er, tinfo)
     order = DEFAULT_ORDER
     if knobs:
         vt, rt, order = knobs["vt"], knobs["rt"], knobs.get("order", DEFAULT_ORDER)
@@ -232,7 +245,7 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
             sch.unroll(r_i)
     red_total = 1
     for l in rl:
-        red_total *= ext(sch, l) or 1
+        red_total *= ext(sch, l) or SYMBOLIC_GUESS
     init = sch.decompose_reduction(main, rl[0])
     if red_total <= 25:
         # depthwise: unroll the (kh, kw) window too, so loads shared by neighbouring outputs
@@ -243,7 +256,7 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
 
     red_extent = 1
     for l in rl:
-        red_extent *= ext(sch, l)
+        red_extent *= ext(sch, l) or SYMBOLIC_GUESS
     for p in producers:  # padding / transposes feeding the kernel: own parallel loop nest
         if _is_identity_copy(sch, p) and try_inline(sch, p):
             continue  # e.g. the zero-size "pad" of a 1x1 conv: read the input directly
