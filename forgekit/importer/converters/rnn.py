@@ -1,4 +1,5 @@
-"""ONNX LSTM / GRU / RNN -> Relax, by unrolling over the (static) sequence length.
+"""ONNX LSTM / GRU / RNN -> Relax: the time loop as one kernel (:mod:`.recurrence`), else unrolled over the
+(static) sequence length.
 
 Supported: directions forward / reverse / bidirectional, ``layout`` 0 and 1,
 optional bias, ``initial_h`` / ``initial_c``, ``sequence_lens`` (masked: the
@@ -7,9 +8,10 @@ the ONNX semantics for both directions), LSTM peepholes ``P`` and
 ``input_forget``, GRU ``linear_before_reset``, ``clip`` and the ONNX activation
 list (with ``activation_alpha``/``activation_beta``).
 
-The input projection ``X @ W^T + b`` is computed once for all time steps; each
-step then does one ``H @ R^T`` matmul.  The sequence length must be static
-(pin input shapes); the batch may be symbolic.
+The input projection ``X @ W^T + b`` is computed once for all time steps.  The loop
+kernel covers the usual exports (default activations, no clip, peepholes, input_forget
+or sequence_lens) with any sequence length, symbolic included; the rest is unrolled,
+one ``H @ R^T`` matmul per step, and needs a static length.  The batch may be symbolic.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
+from . import recurrence
 from ._common import OnnxOpConverter, attr_str, attr_strs, const, const_value, dtype_of, static_dim
 
 # name -> (uses_alpha, uses_beta, default_alpha, default_beta)
@@ -141,7 +144,6 @@ class _RNNBase(OnnxOpConverter):
                 init_h = bb.emit(op.permute_dims(init_h, [1, 0, 2]))
             if init_c is not None:
                 init_c = bb.emit(op.permute_dims(init_c, [1, 0, 2]))
-        T = static_dim(X, 0, f"{cls.KIND.upper()} sequence length")
         Hs = int(attr["hidden_size"]) if "hidden_size" in attr else static_dim(R, 2, "hidden size")
         batch = X.ty.shape.values[1]
         clip = attr.get("clip")
@@ -150,9 +152,12 @@ class _RNNBase(OnnxOpConverter):
         acts = _activations(attr, cls.DEFAULT_ACTS, num_dir)
         nact = len(cls.DEFAULT_ACTS)
 
+        # the time loop as one kernel (recurrence.py) when it computes this configuration; else unrolled
+        looped = dtype == "float32" and recurrence.supported(cls.KIND, attr, acts, seq_lens is not None, P is not None)
+        T = None if looped else static_dim(X, 0, f"{cls.KIND.upper()} sequence length")
         # sequence_lens: mask only when it can cut a sequence short
         mask_lens = None
-        if seq_lens is not None:
+        if seq_lens is not None and not looped:
             sl = const_value(seq_lens)
             if sl is None or np.any(sl < T):
                 mask_lens = seq_lens
@@ -188,6 +193,20 @@ class _RNNBase(OnnxOpConverter):
             C = None
             if cls.KIND == "lstm":
                 C = _take(bb, init_c, d) if init_c is not None else zeros_bh
+
+            if looped:
+                if cls.KIND == "gru" and not lbr:
+                    weights = [R_zr_t, R_h_t]
+                elif cls.KIND == "gru":
+                    weights = [R_t, rb_h if rb_h is not None else bb.emit(op.zeros(relax.ShapeExpr([Hs]), dtype))]
+                else:
+                    weights = [R_t]
+                y_d, h_last, c_last = recurrence.emit_direction(bb, cls.KIND, Hs, reverse, bool(lbr), xw, weights,
+                                                                H, C)
+                ys.append(y_d)
+                yhs.append(h_last)
+                ycs.append(c_last)
+                continue
 
             def clipped(x):
                 return op.clip(x, -float(clip), float(clip)) if clip is not None else x

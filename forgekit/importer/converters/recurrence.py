@@ -1,0 +1,165 @@
+"""The time loop of an LSTM / GRU / RNN direction as one TIR kernel.
+
+Unrolled, a recurrence is one matmul and a few elementwise kernels per time step: the graph, the compile
+time and the library grow with the sequence length (a two-GRU audio model over 300 frames took 579 s to
+compile into 11 MB), and the length cannot be dynamic.  Here the input projection ``X @ W^T`` stays one
+big matmul for all steps, and the recurrence ``h_t = f(xw_t + h_{t-1} @ R^T)`` is a single kernel with a
+serial loop over time: its size and compile time do not depend on the length, which may be symbolic.
+
+The kernel is written as TVMScript text for the configuration at hand and parsed; it is marked scheduled
+(its loops are already the schedule: the ``h @ R^T`` product broadcasts ``h[k]`` over a contiguous,
+vectorized row of ``R^T``) and opaque, so the schedule rules and operator fusion leave it alone.
+
+Covered: the default activations, no ``clip``, no peepholes, no ``input_forget`` and no ``sequence_lens``
+(what PyTorch and Keras exports produce); anything else is unrolled by :mod:`.rnn` as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+
+#: Vector width of the inner loops (elements): 16 fp32 lanes is one AVX-512 register; on narrower
+#: targets LLVM splits it.
+_LANES = 16
+
+
+def supported(kind: str, attr: dict, acts: list, has_seq_lens: bool, has_peepholes: bool) -> bool:
+    """Whether the loop kernel computes this recurrence exactly as ONNX defines it."""
+    defaults = {"lstm": ("sigmoid", "tanh", "tanh"), "gru": ("sigmoid", "tanh"), "rnn": ("tanh",)}[kind]
+    per_dir = len(defaults)
+    names = tuple(a[0] for a in acts)
+    return (attr.get("clip") is None and not int(attr.get("input_forget", 0)) and not has_seq_lens
+            and not has_peepholes and all(names[i:i + per_dir] == defaults for i in range(0, len(names), per_dir)))
+
+
+#: tanh(x) ~ p(x) / q(x) on [-9, 9] (Eigen's and TVM's fast_tanh rational approximation, relative error
+#: below 1e-6): vectorizes, where ``T.tanh`` / ``T.exp`` on vectors become scalar libm calls.  The
+#: activations were 2/3 of the GRU loop's time with libm.
+_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+           1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+
+
+def _f(v: float) -> str:
+    return f"T.float32({v!r})"
+
+
+def _horner(coefs: tuple[float, ...], x2: str) -> str:
+    expr = _f(coefs[0])
+    for c in coefs[1:]:
+        expr = f"({expr}) * {x2} + {_f(c)}"
+    return expr
+
+
+def _tanh(e: str) -> list[str]:
+    """Statements replacing the buffer element ``e`` by its tanh."""
+    x2 = f"({e} * {e})"
+    return [f"{e} = T.max(T.min({e}, {_f(9.0)}), {_f(-9.0)})",
+            f"{e} = {e} * ({_horner(_TANH_P, x2)}) / ({_horner(_TANH_Q, x2)})"]
+
+
+def _sigmoid(e: str) -> list[str]:
+    """sigmoid(x) = (1 + tanh(x / 2)) / 2, in place."""
+    return [f"{e} = {e} * {_f(0.5)}", *_tanh(e), f"{e} = {e} * {_f(0.5)} + {_f(0.5)}"]
+
+
+def _loop(extent: int, indent: str, var: str = "j") -> tuple[str, str, str]:
+    """(header lines, index, body indentation) of a loop over ``extent`` elements: vectorized 16 at a time
+    when 16 divides it, else as one vector."""
+    if extent % _LANES == 0 and extent > _LANES:
+        return (f"{indent}for {var}o in range({extent // _LANES}):\n{indent}    for {var}i in T.vectorized({_LANES}):",
+                f"{var}o * {_LANES} + {var}i", indent + "        ")
+    return f"{indent}for {var}i in T.vectorized({extent}):", f"{var}i", indent + "    "
+
+
+def _matvec(out: str, vec: str, mat: str, rows: int, cols: int, indent: str) -> list[str]:
+    """``out[0:cols] = vec[0:rows] @ mat[rows, cols]``; a block of 64 columns (4 AVX-512 registers: 4
+    independent FMA chains, 1.3x over one) stays in registers over the rows."""
+    chunk = next((c for c in (4 * _LANES, _LANES) if cols % c == 0), cols)
+    i2 = indent + "    "
+    return [f"{indent}for jo in range({cols // chunk}):",
+            f"{i2}for ji in T.vectorized({chunk}):", f"{i2}    {out}[jo * {chunk} + ji] = T.float32(0)",
+            f"{i2}for k in range({rows}):", f"{i2}    for ji in T.vectorized({chunk}):",
+            f"{i2}        {out}[jo * {chunk} + ji] = {out}[jo * {chunk} + ji] + {vec.format(k='k')} * "
+            f"{mat}[k, jo * {chunk} + ji]"]
+
+
+def _source(kind: str, hidden: int, reverse: bool, lbr: bool) -> str:
+    """TVMScript of one direction's loop: arguments ``xw [T, B, G*H]`` (input projection with the input
+    biases), the recurrent weights transposed (GRU without linear_before_reset: ``R_zr^T [H, 2H]`` and
+    ``R_h^T [H, H]``; else ``R^T [H, G*H]``; GRU with it also the candidate's recurrent bias ``[H]``),
+    ``h0`` (and ``c0``) ``[B, H]``; results ``y [T, B, H]``, last ``h`` (and ``c``)."""
+    h, gh = hidden, hidden * {"lstm": 4, "gru": 3, "rnn": 1}[kind]
+    t_of = "n_t - T.int64(1) - s" if reverse else "s"
+    lstm, split_r = kind == "lstm", kind == "gru" and not lbr
+    bufs = [("xw", "(n_t, n_b, {})".format(gh))]
+    bufs += [("rt", f"({h}, {2 * h})"), ("rh", f"({h}, {h})")] if split_r else [("rt", f"({h}, {gh})")]
+    bufs += [("bh", f"({h},)")] if kind == "gru" and lbr else []
+    bufs += [("h0", f"(n_b, {h})")] + ([("c0", f"(n_b, {h})")] if lstm else [])
+    bufs += [("y", f"(n_t, n_b, {h})"), ("hn", f"(n_b, {h})")] + ([("cn", f"(n_b, {h})")] if lstm else [])
+    lines = ["    n_t = T.int64()", "    n_b = T.int64()"]
+    lines += [f"    {n} = T.match_buffer(var_{n}, {shape}, \"float32\")" for n, shape in bufs]
+    lines += [f"    g = T.alloc_buffer(({2 * h if split_r else gh},), \"float32\")",
+              f"    cc = T.alloc_buffer(({h},), \"float32\")"]
+    head, j, body = _loop(h, "        ")
+    lines += ["    for b in range(n_b):", head, f"{body}hn[b, {j}] = h0[b, {j}]"]
+    if lstm:
+        lines.append(f"{body}cn[b, {j}] = c0[b, {j}]")
+    ind = "            "
+    lines += ["    for s in range(n_t):", f"        t = {t_of}", "        for b in range(n_b):"]
+    lines += _matvec("g", "hn[b, {k}]", "rt", h, 2 * h if split_r else gh, ind)
+    head, j, body = _loop(h, ind)
+
+    def gate(offset: int, act: Any) -> list[str]:  # g[offset + j] = act(xw[t, b, offset + j] + g[offset + j])
+        e = f"g[{offset} + {j}]"
+        return [f"{e} = xw[t, b, {offset} + {j}] + {e}", *act(e)]
+
+    stmts: list[str] = []
+    if lstm:  # ONNX gate order i, o, f, c
+        stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + gate(2 * h, _sigmoid) + gate(3 * h, _tanh)
+        stmts += [f"cn[b, {j}] = g[{2 * h} + {j}] * cn[b, {j}] + g[{j}] * g[{3 * h} + {j}]",
+                  f"cc[{j}] = cn[b, {j}]", *_tanh(f"cc[{j}]"), f"hn[b, {j}] = g[{h} + {j}] * cc[{j}]"]
+    elif kind == "rnn":
+        stmts += gate(0, _tanh) + [f"hn[b, {j}] = g[{j}]"]
+    elif lbr:  # GRU, linear_before_reset: the candidate is tanh(xw_h + r * (h @ R_h^T + Rb_h))
+        c = f"g[{2 * h} + {j}]"
+        stmts += gate(0, _sigmoid) + gate(h, _sigmoid)
+        stmts += [f"{c} = xw[t, b, {2 * h} + {j}] + g[{h} + {j}] * ({c} + bh[{j}])", *_tanh(c),
+                  f"hn[b, {j}] = (T.float32(1) - g[{j}]) * {c} + g[{j}] * hn[b, {j}]"]
+    else:  # GRU: the candidate is tanh(xw_h + (r * h) @ R_h^T): r * h first, for every j
+        stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + [f"g[{h} + {j}] = g[{h} + {j}] * hn[b, {j}]"]
+        lines += [head] + [body + x for x in stmts]
+        lines += _matvec("cc", f"g[{h} + {{k}}]", "rh", h, h, ind)
+        stmts = [f"cc[{j}] = xw[t, b, {2 * h} + {j}] + cc[{j}]", *_tanh(f"cc[{j}]"),
+                 f"hn[b, {j}] = (T.float32(1) - g[{j}]) * cc[{j}] + g[{j}] * hn[b, {j}]"]
+    stmts.append(f"y[t, b, {j}] = hn[b, {j}]")
+    lines += [head] + [body + x for x in stmts]
+    params = ", ".join(f"var_{n}: T.handle" for n, _ in bufs)
+    return ("@T.prim_func(private=True)\n"
+            f"def recurrence({params}):\n"
+            "    T.func_attr({\"tirx.noalias\": True})\n" + "\n".join(lines) + "\n")
+
+
+def loop_kernel(kind: str, hidden: int, reverse: bool, lbr: bool) -> Any:
+    """The PrimFunc, marked scheduled and opaque (see the module docstring)."""
+    func = tvm.script.from_source(_source(kind, hidden, reverse, lbr))
+    return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": 8})  # 8: kOpaque, never fused
+
+
+def emit_direction(bb: Any, kind: str, hidden: int, reverse: bool, lbr: bool, xw: Any, weights: list[Any],
+                   h0: Any, c0: Any | None) -> tuple[Any, Any, Any | None]:
+    """(Y [T, batch, H], last h, last c) of one direction; ``weights`` as :func:`_source` takes them."""
+    name = f"forgekit_{kind}_loop_h{hidden}{'_rev' if reverse else ''}{'_lbr' if lbr else ''}"
+    existing = [gv for gv in bb.get().get_global_vars() if gv.name_hint == name]
+    gv = existing[0] if existing else bb.add_func(loop_kernel(kind, hidden, reverse, lbr), name)
+    t, batch = xw.ty.shape.values[0], xw.ty.shape.values[1]
+    dtype = "float32"
+    state = relax.TensorType([batch, hidden], dtype)
+    outs = [relax.TensorType([t, batch, hidden], dtype), state] + ([state] if kind == "lstm" else [])
+    args = [xw, *weights, h0] + ([c0] if kind == "lstm" else [])
+    res = bb.emit(relax.call_tir(gv, args, outs))
+    parts = [bb.emit(relax.TupleGetItem(res, i)) for i in range(len(outs))]
+    return parts[0], parts[1], parts[2] if kind == "lstm" else None

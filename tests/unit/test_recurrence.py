@@ -1,0 +1,78 @@
+"""Recurrent layers as one loop kernel (forgekit/importer/converters/recurrence.py).
+
+Before, an LSTM/GRU/RNN was unrolled per time step: a two-GRU model over 300 frames took 579 s to compile
+into 11 MB, and the sequence length had to be pinned.  Now the graph does not grow with the length, which
+may stay dynamic, and the results match onnxruntime for every direction, layout and GRU variant the
+kernel covers (the rest is still unrolled: tests/unit/test_importer.py RNN_CASES)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import forgekit
+from forgekit.options import OPT_LEVELS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import assert_close, ort_run  # noqa: E402
+from onnx_models import rnn_model  # noqa: E402
+
+CASES = {
+    "lstm": dict(kind="LSTM"),
+    "lstm_bidirectional": dict(kind="LSTM", direction="bidirectional"),
+    "gru": dict(kind="GRU"),
+    "gru_linear_before_reset_reverse": dict(kind="GRU", lbr=1, direction="reverse"),
+    "rnn_bidirectional": dict(kind="RNN", direction="bidirectional"),
+    "gru_no_bias_no_init": dict(kind="GRU", with_bias=False, with_init=False),
+}
+
+
+def _feeds(model, length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        shape = [length if d.dim_param == "T" else d.dim_value for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _kernels(ir) -> list[str]:
+    return [gv.name_hint for gv in ir.mod.get_global_vars() if "_loop_" in gv.name_hint]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dynamic_length_matches_onnxruntime(case: str) -> None:
+    model = rnn_model(T="T", H=20, **CASES[case])  # H=20: not a multiple of the vector width
+    ir = forgekit.from_onnx(model)
+    assert _kernels(ir), "the recurrence was unrolled"
+    run = ir.get_inference_function("host", opt_level=3)
+    for length in (1, 7, 40):
+        feeds = _feeds(model, length)
+        expected = ort_run(model, feeds)
+        got = run(*feeds.values())
+        got = got if isinstance(got, list) else [got]
+        for g, e in zip(got, expected):
+            assert_close(g, e)
+
+
+@pytest.mark.parametrize("level", OPT_LEVELS)
+def test_every_level(level: int) -> None:
+    model = rnn_model(kind="GRU", T="T", H=32, lbr=1)
+    run = forgekit.from_onnx(model).get_inference_function("host", opt_level=level)
+    feeds = _feeds(model, 25)
+    for g, e in zip(run(*feeds.values()), ort_run(model, feeds)):
+        assert_close(g, e)
+
+
+def test_the_graph_does_not_grow_with_the_length() -> None:
+    """300 steps import to the same graph as 10 (one loop kernel), not 30x more kernels."""
+    sizes = [len(forgekit.from_onnx(rnn_model(kind="GRU", T=t, H=16)).mod.script()) for t in (10, 300)]
+    assert abs(sizes[0] - sizes[1]) < 200, sizes
+
+
+def test_unsupported_variants_are_still_unrolled() -> None:
+    for kwargs in (dict(kind="LSTM", peephole=True), dict(kind="GRU", clip=0.5), dict(kind="LSTM", seq_lens=[3, 5])):
+        assert not _kernels(forgekit.from_onnx(rnn_model(**kwargs))), kwargs
