@@ -443,3 +443,36 @@ def attention_block(d=32, seed=0):
     ]
     return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, "S", d])],
                   [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)
+
+
+def runtime_if_model(recurrent=False):
+    """A voice-activity-detector-like top level: ``If(Equal(sr, 16000))`` on a runtime scalar input ``sr``
+    choosing between two sub-models with their own weights: 3x3 convolutions on ``x[1, 3, 8, 8]``, or
+    (``recurrent``) an LSTM and a GRU over ``x[T, 1, 4]`` with a dynamic ``T``."""
+    if recurrent:
+        model = if_lstm_model()
+        g = model.graph
+        del g.input[:]
+        g.input.extend([helper.make_tensor_value_info("X", F32, ["T", 1, 4]),
+                        helper.make_tensor_value_info("sr", TensorProto.INT64, [])])
+        nodes = [n for n in g.node if n.op_type == "If"]
+        del g.node[:]
+        g.node.extend([helper.make_node("Equal", ["sr", "k16"], ["cond"], name="is_16k"), *nodes])
+        del g.initializer[:]
+        g.initializer.append(numpy_helper.from_array(np.array(16000, np.int64), "k16"))
+        return model
+
+    def branch(name, seed):
+        rng = np.random.default_rng(seed)
+        w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), f"{name}_w")
+        nodes = [helper.make_node("Conv", ["x", f"{name}_w"], [f"{name}_c"], pads=[1, 1, 1, 1], name=f"{name}_conv"),
+                 helper.make_node("Relu", [f"{name}_c"], [f"{name}_y"], name=f"{name}_relu")]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", F32, None)], [w])
+
+    nodes = [helper.make_node("Equal", ["sr", "k16"], ["cond"], name="is_16k"),
+             helper.make_node("If", ["cond"], ["y"], name="select", then_branch=branch("then", 1),
+                              else_branch=branch("else", 2))]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 3, 8, 8]),
+                          helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                  [helper.make_tensor_value_info("y", F32, None)],
+                  [numpy_helper.from_array(np.array(16000, np.int64), "k16")], opset=17)

@@ -66,7 +66,7 @@ def _openvino(onnx_model: str, threads: int, arrays: Sequence[np.ndarray]) -> li
         if hint is None and precision == "f32":
             continue  # the default is f32 on this CPU: already timed
         request = compiled.create_infer_request()
-        feeds = {i: np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+        feeds = {i: np.asarray(a, order="C") for i, a in enumerate(arrays)}
         result = request.infer(feeds)
         outputs = [np.array(result[out]) for out in compiled.outputs]
         runs.append(PeerRun(f"openvino-{precision}", lambda r=request, f=feeds: r.infer(f), outputs, precision))

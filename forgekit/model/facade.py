@@ -347,7 +347,7 @@ class IRModule(QuantizationMixin):
 
         def infer(*arrays: Any) -> Any:
             checked = check_inputs(specs, arrays, ranges)
-            result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in checked])
+            result = vm["main"](*[tvm.runtime.tensor(np.asarray(a, order="C")) for a in checked])
             outputs = flatten_outputs(result)
             return outputs[0] if n_out == 1 else outputs
 

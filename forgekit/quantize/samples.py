@@ -31,7 +31,7 @@ def _check(name: str, array: Any, shape: Sequence[int | str], dtype: str) -> np.
     if str(array.dtype) != dtype:
         raise InputError(f"Calibration sample for input '{name}' has dtype {array.dtype}; the model expects {dtype} "
                          f"(convert with .astype('{dtype}')).")
-    return np.ascontiguousarray(array)
+    return np.asarray(array, order="C")  # np.ascontiguousarray makes a 0-d array 1-d
 
 
 def normalize(sample: Any, names: Sequence[str], shapes: Sequence[Sequence[int | str]],

@@ -282,7 +282,12 @@ class _RNNBase(OnnxOpConverter):
             if Y_c is not None:
                 Y_c = bb.emit(op.permute_dims(Y_c, [1, 0, 2]))
         outs = [Y, Y_h] + ([Y_c] if Y_c is not None else [])
-        return relax.Tuple(outs)
+        # Inside an If branch TVM's frontend binds a one-output node to the converter's whole result: give
+        # it only the outputs the node declares (it says how many there; the main graph picks by index)
+        declared = (attr.get("tvm_custom") or {}).get("num_outputs")
+        if declared == 1:
+            return Y
+        return relax.Tuple(outs[:declared] if declared else outs)
 
 
 class LSTM(_RNNBase):
