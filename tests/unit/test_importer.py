@@ -445,8 +445,9 @@ def test_tvm_failure_is_one_line_and_names_node(tmp_path):
 
 
 def test_conversion_failure_with_dynamic_inputs_says_to_pin_them():
-    """An RNN needs a static sequence length: forgekit.from_onnx keeps 'T' symbolic, and says to pin it."""
-    m = M.rnn_model("LSTM")
+    """An unrolled RNN (peepholes: not the loop kernel's) needs a static sequence length: forgekit.from_onnx
+    keeps 'T' symbolic, and says to pin it.  (The loop kernel takes a symbolic 'T': test_recurrence.py.)"""
+    m = M.rnn_model("LSTM", peephole=True)
     m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
     with pytest.raises(ConversionError) as ei:
         forgekit.from_onnx(m)
