@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import interrupts, log
+from . import interrupts, log, progress
 from .errors import CompileError, ForgekitError, UsageError
 from .passes import OPT_LEVELS, graph_passes
 
@@ -78,11 +78,13 @@ def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precisio
 
 def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, precision: str = "float32",
                       layout: str | None = None, report: BuildReport | None = None,
-                      tuning: TuningSetup | None = None, tuned: int = 0) -> list[Any]:
+                      tuning: TuningSetup | None = None, tuned: int = 0,
+                      labels: list[str] | None = None) -> list[Any]:
     """:func:`build_executable` for several CPU targets of one model (the levels of a portable target): the
     graph passes run once (they do not depend on the target), the lowering and codegen once per target.
     ``tuning`` applies to ``specs[tuned]`` only (the level this machine runs and can measure).  ``report``
-    gets the first target's schedule rules and the summed lowering time."""
+    gets the first target's schedule rules and the summed lowering time; ``labels`` name the targets in
+    progress reports (the level names of a portable target)."""
     import tvm
 
     from .backends.pipeline import uses_cpu_schedules
@@ -101,9 +103,12 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
     try:
         with interrupts.watch(), log.quiet_native("compile"):
             start = time.perf_counter()
+            progress.report("graph passes")
             mod = tvm.transform.Sequential(passes)(mod)
             report.seconds["graph_passes"] = round(time.perf_counter() - start, 3)
             for index, spec in enumerate(specs):
+                label = labels[index] if labels else spec.name
+                progress.report(f"lowering for {label}" + (f" ({index + 1} of {len(specs)})" if len(specs) > 1 else ""))
                 executables.append(_lower(mod, spec, opt_level, report, tuning if index == tuned else None,
                                           rules=index == 0))
     except ForgekitError:

@@ -56,7 +56,8 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
         if options.tuning is not None:
             tuning, staging = _tuning_setup(stack, levels[tuned].spec, output, options.tuning, fcompile,
                                             tuning_progress)
-        built = build_executables(mod, [v.spec for v in levels], opt_level=options.opt_level,
+        built = build_executables(mod, [v.spec for v in levels], labels=[v.name or v.spec.name for v in levels],
+                                  opt_level=options.opt_level,
                                   precision=options.precision, layout=options.layout, report=report, tuning=tuning,
                                   tuned=tuned)
         if report.tuning is not None and levels[tuned].name:

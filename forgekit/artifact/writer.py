@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import progress
 from ..errors import CompileError, ForgekitError, OutputWriteError
 from . import metadata as md
 from .layout import (IR_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, QUANT_REPORT_FILE, REPORT_FILE, file_digest,
@@ -47,6 +48,7 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
                  opt_level: int) -> None:
     """``export_library`` with the family's linker and export options; one line when linking fails."""
     try:
+        progress.report(f"linking {library.name}")
         options = spec.family_impl.export_options(spec, opt_level)
         if fcompile is None:
             executable.export_library(str(library), **options)

@@ -5,17 +5,21 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import time
 from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
-from .. import log
+from .. import log, progress
 from ..errors import UsageError
 from ..options import CompileOptions, QuantizeOptions, TuneOptions
 from .app import app, command
 from .options import (C, Q, CalibDataOpt, DynamicOpt, ForceOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg,
                       PasswordFileOpt, ShapeOpt, model_arg, parse_dynamic, parse_freeze, parse_shapes, password,
                       quantize_options, rpc_options, write_json)
+
+#: seconds a compile step runs before a log (no terminal) gets stage lines
+QUIET_SECONDS = 5.0
 
 QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", metavar="DTYPE", help="Quantize conv/matmul: "
                                                     "int8 or uint8 activations.")]
@@ -81,14 +85,29 @@ def quantize_ir(ir: Any, dtype: str, calib_data: str | None, options: QuantizeOp
 
 @contextlib.contextmanager
 def _stage(what: str) -> Iterator[None]:
-    """A spinner naming the step on a terminal; nothing in logs (an error stays the only stderr line)."""
+    """A spinner naming the step and its stage (:mod:`forgekit.progress`: graph passes, kernels scheduled
+    N/M, lowering per CPU level, linking) on a terminal.  In a log (no terminal) a step that runs past
+    :data:`QUIET_SECONDS` prints a line per stage from then on; a quick one, or one that fails fast on bad
+    input, prints nothing (an error stays the only stderr line)."""
     terminal = log.terminal()
-    if log.verbosity() < log.NORMAL or not terminal.isatty():
+    if log.verbosity() < log.NORMAL:
         yield
+        return
+    if not terminal.isatty():
+        start, last = time.monotonic(), [""]
+
+        def line(stage: str, done: int | None, total: int | None) -> None:
+            if stage != last[0] and time.monotonic() - start > QUIET_SECONDS:
+                last[0] = stage
+                print(f"{what}: {stage}…", file=terminal, flush=True)
+
+        with progress.listening(line):
+            yield
         return
     from rich.console import Console
 
-    with Console(file=terminal).status(f"{what}…"):
+    with Console(file=terminal).status(f"{what}…") as status, progress.listening(
+            lambda stage, done, total: status.update(f"{what}: {progress.describe(stage, done, total)}…")):
         yield
 
 

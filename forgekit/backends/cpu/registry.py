@@ -10,6 +10,7 @@ from tvm import s_tir, tirx
 from tvm.ir.transform import module_pass
 from tvm.target import Target
 
+from ... import progress
 from ...targets.isa import isa_info
 from .rules import RULES
 from .rules.base import ScheduleRule
@@ -53,11 +54,10 @@ class ApplyRules:
         target = self.target or Target.current(allow_none=False)
         isa = isa_info(target)
         updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc):
-                continue
-            if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
-                continue
+        todo = [(gv, func) for gv, func in mod.functions_items() if isinstance(func, tirx.PrimFunc)
+                and not (func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))]
+        for done, (gv, func) in enumerate(todo):
+            progress.report("scheduling kernels", done, len(todo))
             flops = _flops(func)
             if flops is not None:
                 FLOPS[gv.name_hint] = flops
