@@ -53,14 +53,9 @@ def _inputs(session, shapes: dict, symbol: str, size: int, seed: int = 0) -> dic
 
 
 def _median_ms(fn, runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
+    from forgekit.runtime.stats import time_calls  # the runtime's own timer
+
+    return float(np.median(time_calls(fn, runs, warmup)))
 
 
 def run_case(name: str, runs: int, threads: int, out: Path) -> list[str]:
