@@ -476,3 +476,17 @@ def runtime_if_model(recurrent=False):
                           helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
                   [helper.make_tensor_value_info("y", F32, None)],
                   [numpy_helper.from_array(np.array(16000, np.int64), "k16")], opset=17)
+
+
+def exported_shape_arithmetic():
+    """``x[N, 8]`` reshaped to ``[N, 2, 4]`` through the shape arithmetic tf2onnx/jax2tf and paddle2onnx write:
+    Shape -> Cast(int32) -> Slice -> Identity -> Concat with int32 constants -> Cast(int64) -> Reshape."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("s0", [0]), ("s1", [1]))]
+    inits.append(numpy_helper.from_array(np.array([2, 4], np.int32), "rest"))
+    nodes = [n("Shape", ["x"], ["shp"]), n("Cast", ["shp"], ["shp32"], to=TensorProto.INT32),
+             n("Slice", ["shp32", "s0", "s1"], ["lead"]), n("Identity", ["lead"], ["lead_id"]),
+             n("Concat", ["lead_id", "rest"], ["target32"], axis=0), n("Cast", ["target32"], ["target"], to=TensorProto.INT64),
+             n("Reshape", ["x", "target"], ["r"]), n("Relu", ["r"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, ["N", 8])],
+                  [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)

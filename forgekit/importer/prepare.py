@@ -46,7 +46,7 @@ from onnx import helper, numpy_helper
 from .errors import DynamicShapeError, PrepareError, fmt_shape
 from .onnx_fold import MAX_FOLD_ELEMENTS, _infer, fold_constants
 from .onnx_utils import (  # noqa: F401 - graph_inputs, value_shape: part of this module's interface
-    _set_shape, _subgraphs, default_opset, graph_inputs, initializer_names, is_static, value_shape)
+    _set_shape, _subgraphs, default_opset, graph_inputs, initializer_names, is_static, iter_nodes, value_shape)
 
 MIN_OPSET = 11
 DEFAULT_BATCH = 1
@@ -217,6 +217,32 @@ def _set_dims(vi: onnx.ValueInfoProto, dims: Sequence[int | str]) -> None:
 
 
 # --------------------------------------------------------------------------- API
+def _bypass_identities(graph: onnx.GraphProto) -> None:
+    """Drop the top graph's ``Identity`` nodes (not graph outputs), their consumers reading the input.
+
+    TVM's frontend refuses a shape value as the input of any op outside a fixed list ("Node Identity.148
+    cannot handle ShapeExpr inputs": paddle2onnx's Shape -> Identity -> Slice in PP-OCRv6 rec with a
+    dynamic width); an Identity computes nothing anyway."""
+    outputs = {o.name for o in graph.output}
+    renames = {n.output[0]: n.input[0] for n in graph.node
+               if n.op_type == "Identity" and n.output[0] not in outputs and n.input and n.input[0]}
+    if not renames:
+        return
+
+    def source(name: str) -> str:
+        while name in renames:
+            name = renames[name]
+        return name
+
+    kept = [n for n in graph.node if not (n.op_type == "Identity" and n.output[0] in renames)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    for node in iter_nodes(graph):  # branch bodies read outer names too
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = source(name)
+
+
 def prepare_onnx(
     model: onnx.ModelProto,
     shape_dict: Mapping[str, Sequence[int] | int] | None = None,
@@ -249,6 +275,7 @@ def prepare_onnx(
     if freeze:
         _freeze_inputs(model, freeze)
     _pin_inputs(model, shape_dict, default_batch, allow_dynamic, allow_static_override)
+    _bypass_identities(model.graph)
     if fold:
         model = fold_constants(model, max_fold_elements)
     else:

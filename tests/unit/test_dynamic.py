@@ -23,7 +23,7 @@ from forgekit.options import OPT_LEVELS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import assert_close, ort_run  # noqa: E402
-from onnx_models import attention_block, line_recognizer  # noqa: E402
+from onnx_models import attention_block, exported_shape_arithmetic, line_recognizer  # noqa: E402
 
 WIDTHS = (1, 5, 16, 37)
 
@@ -73,6 +73,18 @@ def test_attention_on_a_dynamic_sequence_takes_the_matmul_kernel() -> None:
     forgekit.from_onnx(attention_block(), {"x": [1, "S", 32]}).get_inference_function("host", opt_level=3)
     rules = {name: rule for name, rule in STATS.items() if "matmul" in name}
     assert len(rules) >= 3 and set(rules.values()) == {"matmul"}, rules
+
+
+def test_exporters_shape_arithmetic_on_a_dynamic_batch() -> None:
+    """Concat of a sliced shape with int32 constants (tf2onnx: magika, basic-pitch) and an Identity on a
+    shape (paddle2onnx: PP-OCRv6 rec) kept the import from turning the target shape into a tensor."""
+    model = exported_shape_arithmetic()
+    run = forgekit.from_onnx(model, {"x": ["N", 8]}).get_inference_function("host", opt_level=3)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
+        got = run(x)
+        assert got.shape == (batch, 2, 4)
+        assert_close(got, ort_run(model, {"x": x})[0])
 
 
 def test_integer_casts_of_a_symbolic_shape_stay_shapes() -> None:

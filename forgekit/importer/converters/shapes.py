@@ -11,6 +11,10 @@ ShapeExpr is the identity on its values, so it keeps the ShapeExpr; a float Cast
 is computed by TVM with runtime tensors, so its length, and that of everything downstream, is unknown
 ("shape_of expects a tensor input" at the next Shape/Gather).  With integer constants for start and step
 and a symbolic limit it becomes ``relax.op.arange``, whose length is ``S``.
+
+tf2onnx / jax2tf exports concatenate a sliced shape with int32 constants (magika, basic-pitch), which TVM's
+Concat only takes as shape values when they are int64; paddle2onnx puts an ``Identity`` on a shape
+(PP-OCRv6 rec), which TVM's Identity refuses.  Both keep the ShapeExpr here.
 """
 
 from __future__ import annotations
@@ -50,4 +54,34 @@ class Range(_fe.Range):
         return super()._impl_v12(bb, inputs, attr, params)
 
 
-CONVERTERS = {"Cast": Cast, "Range": Range}
+def _shape_values(x, params):
+    """The values of a ShapeExpr or of a rank-0/1 integer constant, else None."""
+    if isinstance(x, relax.ShapeExpr):
+        return list(x.values)
+    x = _fe.get_constant(x, params)
+    if isinstance(x, tvm.ir.GenericConst):
+        value = x.value.numpy()
+        if value.ndim <= 1 and value.dtype.kind in "iu":
+            return [int(v) for v in value.reshape(-1)]
+    return None
+
+
+class Concat(_fe.Concat):
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        if any(isinstance(x, relax.ShapeExpr) for x in inputs):
+            parts = [_shape_values(x, params) for x in inputs]
+            if all(p is not None for p in parts):
+                return relax.ShapeExpr([v for p in parts for v in p])
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+class Identity(_fe.Identity):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if isinstance(inputs[0], relax.ShapeExpr):
+            return inputs[0]
+        return super()._impl_v1(bb, inputs, attr, params)
+
+
+CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Identity": Identity}
