@@ -490,3 +490,16 @@ def exported_shape_arithmetic():
              n("Reshape", ["x", "target"], ["r"]), n("Relu", ["r"], ["y"])]
     return _model(nodes, [helper.make_tensor_value_info("x", F32, ["N", 8])],
                   [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)
+
+
+def squeezed_shape_scalar():
+    """``x[1, 4, W]`` -> ``[1, 4, W]`` again through a scalar taken out of the shape: Shape -> Slice [2:3] ->
+    Squeeze -> Reshape to [1] -> Concat with [1, 4] -> Reshape (paddle2onnx, PP-OCRv6 rec)."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k)
+             for k, v in (("s2", [2]), ("s3", [3]), ("ax0", [0]), ("one", [1]), ("lead", [1, 4]))]
+    nodes = [n("Shape", ["x"], ["shp"]), n("Slice", ["shp", "s2", "s3"], ["w1"]), n("Squeeze", ["w1", "ax0"], ["w"]),
+             n("Reshape", ["w", "one"], ["w_1"]), n("Concat", ["lead", "w_1"], ["target"], axis=0),
+             n("Reshape", ["x", "target"], ["r"]), n("Relu", ["r"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 4, "W"])],
+                  [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)

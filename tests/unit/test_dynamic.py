@@ -23,7 +23,7 @@ from forgekit.options import OPT_LEVELS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import assert_close, ort_run  # noqa: E402
-from onnx_models import attention_block, exported_shape_arithmetic, line_recognizer  # noqa: E402
+from onnx_models import attention_block, exported_shape_arithmetic, line_recognizer, squeezed_shape_scalar  # noqa: E402,E501
 
 WIDTHS = (1, 5, 16, 37)
 
@@ -85,6 +85,14 @@ def test_exporters_shape_arithmetic_on_a_dynamic_batch() -> None:
         got = run(x)
         assert got.shape == (batch, 2, 4)
         assert_close(got, ort_run(model, {"x": x})[0])
+
+
+def test_a_scalar_out_of_a_shape_reshaped_back() -> None:
+    model = squeezed_shape_scalar()
+    run = forgekit.from_onnx(model, {"x": [1, 4, "W"]}).get_inference_function("host", opt_level=3)
+    for width in (1, 9):
+        x = np.random.default_rng(width).standard_normal((1, 4, width)).astype(np.float32)
+        assert_close(run(x), ort_run(model, {"x": x})[0])
 
 
 def test_integer_casts_of_a_symbolic_shape_stay_shapes() -> None:

@@ -14,7 +14,9 @@ and a symbolic limit it becomes ``relax.op.arange``, whose length is ``S``.
 
 tf2onnx / jax2tf exports concatenate a sliced shape with int32 constants (magika, basic-pitch), which TVM's
 Concat only takes as shape values when they are int64; paddle2onnx puts an ``Identity`` on a shape
-(PP-OCRv6 rec), which TVM's Identity refuses.  Both keep the ShapeExpr here.
+(PP-OCRv6 rec), which TVM's Identity refuses.  Both keep the ShapeExpr here.  A scalar taken out of a shape (``Squeeze``
+of a one-element slice) reshaped to ``[1]`` becomes a one-element ShapeExpr again, not a failed tensor
+Reshape (PP-OCRv6 rec).
 """
 
 from __future__ import annotations
@@ -84,4 +86,17 @@ class Identity(_fe.Identity):
         return super()._impl_v1(bb, inputs, attr, params)
 
 
-CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Identity": Identity}
+class Reshape(_fe.Reshape):
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data = inputs[0]
+        target = _shape_values(inputs[1], params) if not isinstance(inputs[1], relax.ShapeExpr) else None
+        if tvm.ir.is_prim_expr(data) and not isinstance(data, relax.ShapeExpr) and target is not None:
+            if target == []:
+                return data
+            if len(target) == 1 and target[0] in (1, -1):
+                return relax.ShapeExpr([data])
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Identity": Identity, "Reshape": Reshape}
