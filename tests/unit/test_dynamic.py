@@ -95,6 +95,25 @@ def test_a_scalar_out_of_a_shape_reshaped_back() -> None:
         assert_close(run(x), ort_run(model, {"x": x})[0])
 
 
+def test_integer_upsampling_of_a_symbolic_size_is_exact() -> None:
+    """A 2x nearest Resize on a dynamic H x W: the output is 2 * H rows exactly (TVM's float arithmetic,
+    int64(2.0 * float(H)), left a shape no later op could match)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    ir = forgekit.from_onnx(model, {"x": [1, 4, "H", "W"]})
+    assert ir.output_shapes == [(1, 4, "H * 2", "W * 2")]
+    run = ir.get_inference_function("host", opt_level=3)
+    for h, w in ((1, 1), (5, 7)):
+        x = np.random.default_rng(h).standard_normal((1, 4, h, w)).astype(np.float32)
+        assert_close(run(x), ort_run(model, {"x": x})[0])
+
+
 def test_integer_casts_of_a_symbolic_shape_stay_shapes() -> None:
     from forgekit.importer.pipeline import import_onnx
 

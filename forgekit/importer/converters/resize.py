@@ -121,6 +121,14 @@ class Resize(_fe.Resize):
         if plan is None:
             return super()._impl_v18(bb, inputs, attr, params)
         dims, out, scale = plan
+        if len(inputs) > 2 and _const(inputs[2], params) is not None and "axes" not in attr and all(
+                float(v).is_integer() and v >= 1 for v in scale) and any(
+                d is None for d, v in zip(dims, scale) if v != 1.0):
+            # integer upsampling of a symbolic size (a 2x FPN upsample on a dynamic image): TVM computes
+            # the size as int64(2.0 * float(H)), which no later shape equals (the sum with the lateral
+            # branch got an unknown shape); integer scales make it 2 * H, the same thing exactly
+            int_scales = relax.ShapeExpr([int(v) for v in scale])
+            return super()._impl_v18(bb, [x, inputs[1] if len(inputs) > 1 else None, int_scales], attr, params)
         mode = attr_str(attr, "mode", "nearest")
         coord = attr_str(attr, "coordinate_transformation_mode", "half_pixel")
         changed = [a for a in range(len(dims)) if out[a] != dims[a] or scale[a] != 1.0]
