@@ -226,39 +226,35 @@ def worker(name: str, out_json: Path, static: bool = False) -> None:
 
     import forgekit
 
+    def step(stage: str, seconds: str | None, fn):
+        """Run one stage of the model's way through forgekit; (ok, result).  A failure records the error's
+        first line, which ends this model's run; ``seconds`` names the result field for its duration."""
+        res["stage"] = stage
+        save()
+        t0 = time.perf_counter()
+        try:
+            return True, fn()
+        except Exception as exc:  # noqa: BLE001
+            res["error"] = first_line(exc, 2000)
+            traceback.print_exc()
+            return False, None
+        finally:
+            if seconds:
+                res[seconds] = round(time.perf_counter() - t0, 2)
+
     tmp = Path(tempfile.mkdtemp(prefix=f"fk_{name}_"))
     try:
-        res["stage"] = "import"
-        save()
-        t0 = time.perf_counter()
-        try:
-            ir = forgekit.from_onnx(str(path), entry["inputs"], freeze=entry.get("freeze") or None)
-        except Exception as exc:  # noqa: BLE001
-            res["error"] = first_line(exc, 2000)
-            traceback.print_exc()
+        ok, ir = step("import", "import_s",
+                      lambda: forgekit.from_onnx(str(path), entry["inputs"], freeze=entry.get("freeze") or None))
+        if not ok:
             return
-        finally:
-            res["import_s"] = round(time.perf_counter() - t0, 2)
-        res["stage"] = "compile"
-        save()
-        t0 = time.perf_counter()
-        try:
-            ir.compile("x86-64", output_path=str(tmp / "artifact"), opt_level=3)
-        except Exception as exc:  # noqa: BLE001
-            res["error"] = first_line(exc, 2000)
-            traceback.print_exc()
+        ok, _ = step("compile", "compile_s", lambda: ir.compile("x86-64", output_path=str(tmp / "artifact"), opt_level=3))
+        if not ok:
             return
-        finally:
-            res["compile_s"] = round(time.perf_counter() - t0, 2)
-        res["stage"] = "load-engine"
-        save()
-        try:
-            engine = forgekit.Engine(str(tmp / "artifact"))
-            order = list(engine.input_names)
-        except Exception as exc:  # noqa: BLE001
-            res["error"] = first_line(exc, 2000)
-            traceback.print_exc()
+        ok, engine = step("load-engine", None, lambda: forgekit.Engine(str(tmp / "artifact")))
+        if not ok:
             return
+        order = list(engine.input_names)
         res["stage"] = "run"
         for combo in combos:
             run: dict = {"sizes": combo}
