@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..passes import input_symbols
 from .errors import PrepareError
 
 LOWER, UPPER = "tir_var_lower_bound", "tir_var_upper_bound"
@@ -64,26 +65,13 @@ def parse_ranges(ranges: Mapping[str, Any] | None) -> dict[str, DimRange]:
     return {str(k): parse_range(str(k), v) for k, v in (ranges or {}).items()}
 
 
-def symbols(func: Any) -> list[str]:
-    """Names of the symbolic dimensions of ``func``'s parameters, in order of appearance."""
-    from tvm import tirx
-
-    seen: list[str] = []
-    for param in func.params:
-        shape = getattr(getattr(param, "ty", None), "shape", None)
-        for dim in getattr(shape, "values", None) or []:
-            if isinstance(dim, tirx.Var) and dim.name not in seen:
-                seen.append(dim.name)
-    return seen
-
-
 def annotate(mod: Any, ranges: Mapping[str, DimRange]) -> Any:
     """``mod`` with the bounds of ``ranges`` on ``main``; a symbol that is not a dynamic dimension of the
     model is a one-line :class:`PrepareError`."""
     if not ranges:
         return mod
     main = mod["main"]
-    known = symbols(main)
+    known = input_symbols(main)
     for name in ranges:
         if name not in known:
             have = ", ".join(known) or "none: give --input-shape with a name for the dimension, e.g. x=1x3x48xW"
@@ -112,4 +100,4 @@ def ranges_of(mod: Any) -> dict[str, DimRange]:
     """Every dynamic dimension of ``mod``'s ``main`` with its bounds (1.. when none were given)."""
     main = mod["main"]
     lower, upper = _bounds(main, LOWER), _bounds(main, UPPER)
-    return {name: DimRange(lower.get(name, 1), upper.get(name)) for name in symbols(main)}
+    return {name: DimRange(lower.get(name, 1), upper.get(name)) for name in input_symbols(main)}

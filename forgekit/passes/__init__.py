@@ -60,6 +60,20 @@ def _relax(name: str, **kwargs: Any) -> Callable[[], Any]:
     return make
 
 
+def input_symbols(func: Any) -> list[str]:
+    """Names of the symbolic dimensions of ``func``'s parameters, in order of appearance (``W`` of
+    ``x: [1, 3, 48, W]``); dims that only appear inside the function are not listed."""
+    from tvm import tirx
+
+    seen: list[str] = []
+    for param in func.params:
+        shape = getattr(getattr(param, "ty", None), "shape", None)
+        for dim in getattr(shape, "values", None) or []:
+            if isinstance(dim, tirx.Var) and dim.name not in seen:
+                seen.append(dim.name)
+    return seen
+
+
 def _static_shapes_only(name: str) -> Callable[[], Any]:
     """TVM's pass ``name``, skipped for a model with symbolic input dims.
 
@@ -68,16 +82,14 @@ def _static_shapes_only(name: str) -> Callable[[], Any]:
     length that kernel fell to the generic reduction schedule."""
     def make() -> Any:
         import tvm
-        from tvm import relax, tirx
+        from tvm import relax
 
         inner = getattr(relax.transform, name)()
 
         @tvm.ir.transform.module_pass(opt_level=0, name=f"forgekit.{name}IfStatic")
         def wrapped(mod: Any, ctx: Any) -> Any:
-            main = mod["main"] if "main" in [gv.name_hint for gv in mod.get_global_vars()] else None
-            dims = [d for p in (main.params if main is not None else [])
-                    for d in (getattr(getattr(p.ty, "shape", None), "values", None) or [])]
-            return mod if any(isinstance(d, tirx.Var) for d in dims) else inner(mod)
+            dynamic = any(gv.name_hint == "main" for gv in mod.get_global_vars()) and input_symbols(mod["main"])
+            return mod if dynamic else inner(mod)
 
         return wrapped
 

@@ -18,15 +18,10 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from .tiling import choose_tiles, round_up
+from .tiling import choose_tiles, round_up, symbolic_vector_tile
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
-
-
-def symbolic_vector_tile(tinfo: IsaInfo) -> int:
-    """Vector tile of a symbolic column axis; the matmul rule picks the same (tiled.symbolic_tiles)."""
-    return tinfo.vec_lanes
 
 
 def _static(v: Any) -> int | None:

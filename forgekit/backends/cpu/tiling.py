@@ -69,6 +69,12 @@ def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
     return best[0], best[1]
 
 
+def symbolic_vector_tile(tinfo: IsaInfo) -> int:
+    """Vector tile of a symbolic column axis: dynamic_matmul rounds the columns up to it, and the matmul rule
+    tiles them by it."""
+    return tinfo.vec_lanes
+
+
 def round_up(extent: Any, tile: int) -> Any:
     """A symbolic ``extent`` rounded up to a multiple of ``tile``.
 

@@ -13,8 +13,9 @@ is computed by TVM with runtime tensors, so its length, and that of everything d
 and a symbolic limit it becomes ``relax.op.arange``, whose length is ``S``.
 
 tf2onnx / jax2tf exports concatenate a sliced shape with int32 constants (magika, basic-pitch), which TVM's
-Concat only takes as shape values when they are int64; paddle2onnx puts an ``Identity`` on a shape
-(PP-OCRv6 rec), which TVM's Identity refuses.  Both keep the ShapeExpr here.  A scalar taken out of a shape (``Squeeze``
+Concat only takes as shape values when they are int64: it keeps the ShapeExpr here.  (An ``Identity`` on a
+shape, which TVM's frontend refuses before any converter runs, is bypassed before import:
+``prepare._bypass_identities``.)  A scalar taken out of a shape (``Squeeze``
 of a one-element slice) reshaped to ``[1]`` becomes a one-element ShapeExpr again, not a failed tensor
 Reshape (PP-OCRv6 rec).
 """
@@ -78,14 +79,6 @@ class Concat(_fe.Concat):
         return super()._impl_v13(bb, inputs, attr, params)
 
 
-class Identity(_fe.Identity):
-    @classmethod
-    def _impl_v1(cls, bb, inputs, attr, params):
-        if isinstance(inputs[0], relax.ShapeExpr):
-            return inputs[0]
-        return super()._impl_v1(bb, inputs, attr, params)
-
-
 class Reshape(_fe.Reshape):
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
@@ -99,4 +92,4 @@ class Reshape(_fe.Reshape):
         return super()._impl_v13(bb, inputs, attr, params)
 
 
-CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Identity": Identity, "Reshape": Reshape}
+CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Reshape": Reshape}

@@ -186,7 +186,7 @@ def epilogue_covers(sch: Schedule, main: SBlockRV, last: SBlockRV) -> bool:
         return False
     n_in, n_out = _numel(produced.shape), _numel(written.shape)
     if n_in is None or n_out is None:
-        # symbolic extents, e.g. a kernel computed on rows rounded up to its tile (packed_conv._round_up)
+        # symbolic extents, e.g. a kernel computed on rows rounded up to its tile (tiling.round_up)
         # and sliced back: TVM's analyzer cannot prove ``W <= ceil(W / 8) * 8``, so ask instead that
         # every element of ``last`` reads ``main`` at its own index
         return _reads_at_own_index(sch.get(last), produced)

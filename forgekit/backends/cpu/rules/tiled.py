@@ -28,8 +28,7 @@ from tvm.ir import TensorLoad as _BufferLoad
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..dynamic_matmul import symbolic_vector_tile
-from ..tiling import choose_tiles
+from ..tiling import choose_tiles, symbolic_vector_tile
 from .common import (
     SYMBOLIC_GUESS,
     acc_scope,
