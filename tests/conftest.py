@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -114,6 +115,28 @@ def make_unsupported_model() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     return model
+
+
+def scheduled_kernels(model: Any, shape_dict: dict, opt_level: int = 3) -> tuple[Any, Any]:
+    """Compile ``model`` for the host and return (the module as the Relax->TIR pipeline leaves it, before
+    TIR lowering; the inference function): what tests of the CPU schedules read the kernels from."""
+    import tvm
+
+    import forgekit
+
+    captured = {}
+    real = tvm.compile
+
+    def capture(mod: Any, target: Any = None, relax_pipeline: Any = None, **kwargs: Any) -> Any:
+        captured["mod"] = relax_pipeline(mod)
+        return real(mod, target=target, relax_pipeline=relax_pipeline, **kwargs)
+
+    tvm.compile = capture
+    try:
+        run = forgekit.from_onnx(model, shape_dict).get_inference_function("host", opt_level=opt_level)
+    finally:
+        tvm.compile = real
+    return captured["mod"], run
 
 
 def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -503,3 +503,67 @@ def squeezed_shape_scalar():
              n("Reshape", ["x", "target"], ["r"]), n("Relu", ["r"], ["y"])]
     return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 4, "W"])],
                   [helper.make_tensor_value_info("y", F32, None)], inits, opset=13)
+
+
+def nested_shape_if_model():
+    """Silero VAD's pattern: ``If(Equal(sr, 16000))`` on a runtime scalar, each branch on ``x[N, 4, 1]``
+    (``N`` symbolic) holding what torch exports inside it (constants as local Constant nodes):
+    ``squeeze(dim=-1)`` as a nested
+    ``If(shape[-1] == 1)`` whose two branches have different ranks, and a reflect ``Pad`` whose pads are
+    computed from the shape (``shape[1] // 4`` at the end of axis 1).  Output ``[N, 5]``."""
+    n = helper.make_node
+
+    def branch(name, scale):
+        p = f"{name}_"
+        axis = n("Constant", [], [p + "axis"], value=numpy_helper.from_array(np.array([-1], np.int64)))
+        inner_then = helper.make_graph([axis, n("Squeeze", [p + "t", p + "axis"], [p + "sq"])], p + "sq_g", [],
+                                       [helper.make_tensor_value_info(p + "sq", F32, None)])
+        inner_else = helper.make_graph([n("Identity", [p + "t"], [p + "id"])], p + "id_g", [],
+                                       [helper.make_tensor_value_info(p + "id", F32, None)])
+        nodes = [n("Mul", ["x", p + "k"], [p + "t"]),
+                 n("Shape", [p + "t"], [p + "shp"]), n("Gather", [p + "shp", "minus1"], [p + "last"], axis=0),
+                 n("Equal", [p + "last", "one_s"], [p + "is1"]),
+                 n("If", [p + "is1"], [p + "u"], then_branch=inner_then, else_branch=inner_else),
+                 n("Shape", [p + "u"], [p + "shp2"]), n("Gather", [p + "shp2", "one_v"], [p + "c"], axis=0),
+                 n("Div", [p + "c", "four"], [p + "extra"]),
+                 n("Concat", ["zeros3", p + "extra"], [p + "pads"], axis=0),
+                 n("Pad", [p + "u", p + "pads"], [p + "y"], mode="reflect")]
+        k = numpy_helper.from_array(np.array(scale, np.float32), p + "k")
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(p + "y", F32, None)], [k])
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             (("k16", 16000), ("minus1", -1), ("one_s", 1), ("one_v", [1]), ("four", [4]), ("zeros3", [0, 0, 0]),
+              )]
+    nodes = [n("Equal", ["sr", "k16"], ["cond"], name="is_16k"),
+             n("If", ["cond"], ["y"], name="select", then_branch=branch("then", 2.0), else_branch=branch("else", -3.0))]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, ["N", 4, 1]),
+                          helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                  [helper.make_tensor_value_info("y", F32, None)], inits, opset=17)
+
+
+def tiny_fpn(anchors: bool = False):
+    """A feature pyramid as detectors have it, on ``x[N, 3, H, W]``: two stride-2 3x3 convolutions
+    (``a`` at H/2, ``b`` at H/4), ``b`` upsampled 2x (nearest) and added to ``a``.  With ``H`` symbolic the
+    two heights are ``(H - 1) // 2 + 1`` and ``2 * ((H - 1) // 4 + 1)``: equal only for H a multiple of 4.
+    ``anchors``: YOLOv8's anchor grid is added too, ``Range(0.0, float(W / 2), 1.0)`` over the last axis."""
+    n = helper.make_node
+    rng = np.random.default_rng(7)
+    w1 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32), "w2")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [n("Conv", ["x", "w1"], ["a"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             n("Relu", ["a"], ["ar"]),
+             n("Conv", ["ar", "w2"], ["b"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             n("Resize", ["b", "", "scales"], ["up"], mode="nearest"),
+             n("Add", ["ar", "up"], ["y" if not anchors else "s"])]
+    inits = [w1, w2, scales]
+    if anchors:
+        nodes += [n("Shape", ["s"], ["shp"]), n("Gather", ["shp", "three"], ["wd"], axis=0),
+                  n("Cast", ["wd"], ["wf"], to=TensorProto.FLOAT),
+                  n("Range", ["zero_f", "wf", "one_f"], ["grid"]),
+                  n("Add", ["s", "grid"], ["y"])]
+        inits += [numpy_helper.from_array(np.array(3, np.int64), "three"),
+                  numpy_helper.from_array(np.array(0.0, np.float32), "zero_f"),
+                  numpy_helper.from_array(np.array(1.0, np.float32), "one_f")]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, ["N", 3, "H", "W"])],
+                  [helper.make_tensor_value_info("y", F32, None)], inits, opset=17)

@@ -19,8 +19,9 @@ ShapeOpt = Annotated[Optional[list[str]], typer.Option(
     "--input-shape", "--input_shape", metavar="NAME=DIMS",
     help="Pin an input shape, e.g. x=1x3x224x224; a name keeps a dimension dynamic: x=Nx3x224x224.")]
 DynamicOpt = Annotated[Optional[list[str]], typer.Option(
-    "--dynamic", metavar="DIM=MIN..MAX", help="Sizes a dynamic dimension serves, e.g. W=32..2048 (with "
-    "--input-shape x=1x3x48xW); others are refused at run time.")]
+    "--dynamic", metavar="DIM=MIN..MAX[:STEP]", help="Sizes a dynamic dimension serves, e.g. W=32..2048 (with "
+    "--input-shape x=1x3x48xW), or H=32..2048:32 for multiples of 32 only (detectors); others are refused at "
+    "run time.")]
 FreezeOpt = Annotated[Optional[list[str]], typer.Option(
     "--freeze", metavar="NAME=VALUE", help="Make an input a constant (e.g. sr=16000), so branches on it fold.")]
 JsonOpt = Annotated[Optional[str], typer.Option("--json", metavar="FILE", help="Also write the result as JSON "
@@ -119,15 +120,23 @@ def parse_shapes(specs: list[str] | None) -> dict[str, list[int | str]] | None:
 
 
 def parse_dynamic(specs: list[str] | None) -> dict[str, str] | None:
-    """``["W=32..2048", "batch=..8"]`` -> ``{"W": "32..2048", "batch": "..8"}`` (the ranges are checked at
-    import, where the model's dynamic dimensions are known)."""
+    """``["W=32..2048", "batch=..8", "H=32..2048:32"]`` -> ``{"W": "32..2048", ...}``; a malformed range is a
+    usage error here, a name the model does not have is checked at import."""
+    from ..importer.dynamic import parse_range
+    from ..importer.errors import PrepareError
+
     if not specs:
         return None
     out: dict[str, str] = {}
     for spec in specs:
         name, sep, value = spec.partition("=")
         if not sep or not name.strip().isidentifier() or ".." not in value:
-            raise UsageError(f"--dynamic '{spec}' must look like W=32..2048 (a dimension name, then min..max).")
+            raise UsageError(f"--dynamic '{spec}' must look like W=32..2048 (a dimension name, then min..max, "
+                             "optionally :step for multiples of it).")
+        try:
+            parse_range(name.strip(), value)
+        except PrepareError as exc:
+            raise UsageError(f"--dynamic '{spec}': {exc}") from None
         out[name.strip()] = value
     return out
 

@@ -6,6 +6,12 @@ The bounds live where TVM reads them, as the ``tir_var_lower_bound`` / ``tir_var
 of ``main``: Relax's memory planner then sizes its buffers for the largest input once, instead of
 allocating per call.  The artifact's metadata records them (``model.dynamic``) and the runtime refuses a
 size outside them with one line naming the bound.
+
+A step (``--dynamic H=32..2048:32``) says the dimension only takes multiples of it, as detectors with
+stride-32 feature pyramids need: the importer then writes ``H`` as ``32 * H_div32`` (see
+:mod:`.strides`), so ``2 * ((H - 1) // 32 + 1)`` (an upsampled coarse map) and ``(H - 1) // 16 + 1`` (the
+finer map it is added to) both become ``2 * H_div32`` and the addition has a known shape.  Without the
+step they differ for most ``H`` and the model cannot be imported with ``H`` symbolic.
 """
 
 from __future__ import annotations
@@ -19,46 +25,64 @@ from ..passes import input_symbols
 from .errors import PrepareError
 
 LOWER, UPPER = "tir_var_lower_bound", "tir_var_upper_bound"
-_RANGE = re.compile(r"^\s*(\d+)?\s*\.\.\s*(\d+)?\s*$")
+#: ``main`` attribute: dimension name -> step, for dimensions that only take multiples of a step
+STEP = "forgekit_dim_step"
+_RANGE = re.compile(r"^\s*(\d+)?\s*\.\.\s*(\d+)?\s*(?::\s*(\d+)\s*)?$")
 
 
 @dataclass(frozen=True)
 class DimRange:
-    """Bounds of one dynamic dimension (``max`` None: unbounded)."""
+    """Bounds of one dynamic dimension (``max`` None: unbounded); ``step`` > 1: multiples of it only."""
 
     min: int = 1
     max: int | None = None
+    step: int = 1
 
     def __post_init__(self) -> None:
         if self.min < 1 or (self.max is not None and self.max < self.min):
             raise PrepareError(f"A dynamic range must have 1 <= min <= max, got {self}.")
+        if self.step < 1 or (self.max is not None and self.max < self.step):
+            raise PrepareError(f"A dynamic range's step must be at least 1 and at most its max, got {self}.")
 
     def __str__(self) -> str:
-        return f"{self.min}..{'' if self.max is None else self.max}"
+        return f"{self.min}..{'' if self.max is None else self.max}" + (f":{self.step}" if self.step != 1 else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"min": self.min, "max": self.max}
+        return {"min": self.min, "max": self.max, **({"step": self.step} if self.step > 1 else {})}
+
+    @property
+    def quotient_bounds(self) -> tuple[int, int | None]:
+        """Bounds of ``dim // step`` over the multiples of ``step`` in the range."""
+        return -(-self.min // self.step), None if self.max is None else self.max // self.step
+
+
+def quotient_name(name: str, step: int) -> str:
+    """The symbol the importer writes a stepped dimension with: ``H`` = ``step * H_div{step}``."""
+    return f"{name}_div{step}"
 
 
 def parse_range(symbol: str, value: Any) -> DimRange:
-    """``"32..2048"``, ``"..2048"``, ``(32, 2048)``, ``{"min": 32, "max": 2048}`` or an int (the maximum)."""
+    """``"32..2048"``, ``"..2048"``, ``"32..2048:32"`` (multiples of 32), ``(32, 2048)``, ``(32, 2048, 32)``,
+    ``{"min": 32, "max": 2048, "step": 32}`` or an int (the maximum)."""
     try:
         if isinstance(value, DimRange):
             return value
         if isinstance(value, Mapping):
-            return DimRange(int(value.get("min", 1)), None if value.get("max") is None else int(value["max"]))
-        if isinstance(value, (tuple, list)) and len(value) == 2:
-            return DimRange(int(value[0] or 1), None if value[1] is None else int(value[1]))
+            return DimRange(int(value.get("min", 1)), None if value.get("max") is None else int(value["max"]),
+                            int(value.get("step", 1)))
+        if isinstance(value, (tuple, list)) and len(value) in (2, 3):
+            return DimRange(int(value[0] or 1), None if value[1] is None else int(value[1]),
+                            int(value[2]) if len(value) == 3 else 1)
         if isinstance(value, int) and not isinstance(value, bool):
             return DimRange(1, value)
         match = _RANGE.match(str(value))
         if match:
-            low, high = match.groups()
-            return DimRange(int(low or 1), None if high is None else int(high))
+            low, high, step = match.groups()
+            return DimRange(int(low or 1), None if high is None else int(high), int(step or 1))
     except (TypeError, ValueError):
         pass
     raise PrepareError(f"Dynamic range {symbol}={value!r} must look like {symbol}=32..2048 (min..max; either may be "
-                       "left out).")
+                       f"left out) or {symbol}=32..2048:32 (multiples of 32 only).")
 
 
 def parse_ranges(ranges: Mapping[str, Any] | None) -> dict[str, DimRange]:
@@ -78,12 +102,20 @@ def annotate(mod: Any, ranges: Mapping[str, DimRange]) -> Any:
             raise PrepareError(f"'{name}' is not a dynamic dimension of this model (its dynamic dimensions: {have}).")
     lower = {**_bounds(main, LOWER), **{k: r.min for k, r in ranges.items()}}
     upper = {**_bounds(main, UPPER), **{k: r.max for k, r in ranges.items() if r.max is not None}}
+    steps = {k: r.step for k, r in ranges.items() if r.step > 1}
+    for name, step in steps.items():  # the symbol the importer wrote the dimension with (see .strides)
+        low, high = ranges[name].quotient_bounds
+        lower[quotient_name(name, step)] = low
+        if high is not None:
+            upper[quotient_name(name, step)] = high
     for name, value in upper.items():
         if name not in ranges and value < lower.get(name, 1):
             raise PrepareError(f"Dynamic range of '{name}' is empty.")
     main = main.with_attr(LOWER, lower)
     if upper:
         main = main.with_attr(UPPER, upper)
+    if steps:
+        main = main.with_attr(STEP, steps)
     mod = mod.clone() if hasattr(mod, "clone") else mod
     mod["main"] = main
     return mod
@@ -99,5 +131,5 @@ def _bounds(func: Any, key: str) -> dict[str, int]:
 def ranges_of(mod: Any) -> dict[str, DimRange]:
     """Every dynamic dimension of ``mod``'s ``main`` with its bounds (1.. when none were given)."""
     main = mod["main"]
-    lower, upper = _bounds(main, LOWER), _bounds(main, UPPER)
-    return {name: DimRange(lower.get(name, 1), upper.get(name)) for name in input_symbols(main)}
+    lower, upper, steps = _bounds(main, LOWER), _bounds(main, UPPER), _bounds(main, STEP)
+    return {name: DimRange(lower.get(name, 1), upper.get(name), steps.get(name, 1)) for name in input_symbols(main)}

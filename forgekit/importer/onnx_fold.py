@@ -35,10 +35,19 @@ _NO_FOLD = {
 }
 
 
+def _clear_value_info(graph: onnx.GraphProto) -> None:
+    """Forget inferred shapes here and in every subgraph: once a nested If is inlined, its old output's
+    entry in the branch would outlive it and shape inference keeps stale entries instead of re-deriving."""
+    del graph.value_info[:]
+    for node in graph.node:
+        for sg in _subgraphs(node):
+            _clear_value_info(sg)
+
+
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    del m.graph.value_info[:]
+    _clear_value_info(m.graph)
     for o in m.graph.output:  # declared output shapes may still carry old symbols
         if o.type.HasField("tensor_type") and o.type.tensor_type.HasField("shape"):
             o.type.tensor_type.ClearField("shape")
@@ -49,15 +58,52 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
         return m
 
 
-def _known_shapes(model: onnx.ModelProto) -> dict[str, list]:
+def _known_shapes(graph: onnx.GraphProto) -> dict[str, list]:
     shapes = {}
-    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+    for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
         shp = value_shape(vi)
         if is_static(shp):
             shapes[vi.name] = shp
-    for t in model.graph.initializer:
+    for t in graph.initializer:
         shapes[t.name] = list(t.dims)
     return shapes
+
+
+def _partial_shapes(graph: onnx.GraphProto) -> dict[str, list]:
+    """Shapes with some dimension symbolic or unknown (ints and strings), by value name."""
+    out = {}
+    for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+        shp = value_shape(vi)
+        if shp is not None and not is_static(shp):
+            out[vi.name] = shp
+    return out
+
+
+def _static_part(node: onnx.NodeProto, dims: list, consts: dict[str, np.ndarray]) -> np.ndarray | None:
+    """``Gather`` or ``Slice`` of the output of a ``Shape`` node that picks only static dimensions: the
+    picked dimensions as an int64 constant, else None.  ``x.shape[-1] == 1`` on ``[batch, 128, 1]`` (how
+    torch exports ``squeeze(dim)``: an If on that test; Silero VAD's decoder has three) and
+    ``state.shape[0]`` then fold although ``batch`` stays symbolic."""
+    ins = list(node.input)
+    if not all(i in consts for i in ins[1:] if i):
+        return None
+    if node.op_type == "Gather" and len(ins) == 2:
+        index = np.asarray(consts[ins[1]]).astype(np.int64)
+        if index.size and (index.min() < -len(dims) or index.max() >= len(dims)):
+            return None
+        picked = np.asarray(np.asarray(dims, dtype=object)[index], dtype=object)
+    elif node.op_type == "Slice" and len(ins) >= 3:
+        starts, ends = (int(np.asarray(consts[i]).reshape(-1)[0]) for i in ins[1:3])
+        axes = [int(np.asarray(consts[ins[3]]).reshape(-1)[0])] if len(ins) > 3 and ins[3] else [0]
+        step = int(np.asarray(consts[ins[4]]).reshape(-1)[0]) if len(ins) > 4 and ins[4] else 1
+        if axes[0] not in (0, -1) or step == 0:
+            return None
+        picked = np.asarray(dims[slice(starts, ends, step)], dtype=object)
+    else:
+        return None
+    if not all(isinstance(d, int) for d in picked.reshape(-1)):
+        return None
+    return picked.astype(np.int64)
 
 
 def _eval_node(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opsets: dict[str, int]):
@@ -76,13 +122,26 @@ def _eval_node(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opsets: dict[
     return [np.asarray(r) for r in res]
 
 
-def _inline_if(node: onnx.NodeProto, cond: bool) -> list[onnx.NodeProto] | None:
-    branch = None
-    for a in node.attribute:
-        if a.name == ("then_branch" if cond else "else_branch"):
-            branch = a.g
-    if branch is None or any(True for n in branch.node for _ in _subgraphs(n)):
-        return None
+def _rename_outer(graph: onnx.GraphProto, ren: dict[str, str]) -> None:
+    """Rename, inside a nested subgraph, the references to names of the enclosing branch (ONNX lets a
+    subgraph read any outer value by name); names the subgraph defines itself shadow the outer ones."""
+    own = ({i.name for i in graph.input} | {t.name for t in graph.initializer}
+           | {o for n in graph.node for o in n.output if o})
+    ren = {k: v for k, v in ren.items() if k not in own}
+    for n in graph.node:
+        for k, i in enumerate(n.input):
+            n.input[k] = ren.get(i, i)
+        for sg in _subgraphs(n):
+            _rename_outer(sg, ren)
+    for o in graph.output:
+        o.name = ren.get(o.name, o.name)
+
+
+def _inline_if(node: onnx.NodeProto, cond: bool) -> list[onnx.NodeProto]:
+    """The nodes of the taken branch, renamed under the If's name.  Branches with nested If/Loop/Scan are
+    inlined too (Silero VAD's top-level ``If(sr == 16000)`` holds three Ifs per branch): their references
+    to the branch's values are renamed with it, and a later folding round inlines them in turn."""
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if cond else "else_branch"))
     prefix = f"{node.name}__"
     local = {t.name for t in branch.initializer} | {o for n in branch.node for o in n.output if o}
     ren = {v: prefix + v for v in local}
@@ -100,6 +159,8 @@ def _inline_if(node: onnx.NodeProto, cond: bool) -> list[onnx.NodeProto] | None:
             nn.input[k] = ren.get(i, i)
         for k, o in enumerate(nn.output):
             nn.output[k] = ren.get(o, o)
+        for sg in _subgraphs(nn):
+            _rename_outer(sg, ren)
         new_nodes.append(nn)
     for bo, out in zip(branch.output, node.output):
         if out:
@@ -108,15 +169,23 @@ def _inline_if(node: onnx.NodeProto, cond: bool) -> list[onnx.NodeProto] | None:
 
 
 def _fold_once(model: onnx.ModelProto, max_elements: int) -> bool:
-    graph = model.graph
-    opsets = {"": default_opset(model)}
-    consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    shapes = _known_shapes(model)
-    types = {
+    return _fold_graph(model.graph, {"": default_opset(model)}, max_elements, {}, {}, {}, {})
+
+
+def _fold_graph(graph: onnx.GraphProto, opsets: dict[str, int], max_elements: int, consts: dict,
+                shapes: dict, partial: dict, types: dict) -> bool:
+    """One folding round over ``graph`` and, recursively, the branches of the If nodes it keeps: a branch
+    sees the constants and shapes of its enclosing graphs (ONNX scoping), so a runtime ``If(sr == 16000)``
+    still gets its branches' shape chains, squeeze tests and computed pads folded."""
+    consts = {**consts, **{t.name: numpy_helper.to_array(t) for t in graph.initializer}}
+    shapes = {**shapes, **_known_shapes(graph)}
+    partial = {**partial, **_partial_shapes(graph)}
+    shape_outputs: dict[str, list] = {}  # output of a Shape node on a partly symbolic value -> its dims
+    types = {**types, **{
         vi.name: helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         for vi in list(graph.value_info) + list(graph.output)
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type
-    }
+    }}
     changed = False
     new_nodes: list[onnx.NodeProto] = []
     new_inits: list[onnx.TensorProto] = []
@@ -154,12 +223,20 @@ def _fold_once(model: onnx.ModelProto, max_elements: int) -> bool:
                 add_const(node.output[0], np.array(shp[start:end] if end is not None else shp[start:], dtype=np.int64))
             changed = True
             continue
-        if op == "If" and ins and ins[0] in consts:
-            inl = _inline_if(node, bool(np.asarray(consts[ins[0]]).reshape(-1)[0]))
-            if inl is not None:
-                new_nodes.extend(inl)
+        if op == "Shape" and ins and ins[0] in partial:
+            start = next((a.i for a in node.attribute if a.name == "start"), 0)
+            end = next((a.i for a in node.attribute if a.name == "end"), None)
+            shape_outputs[node.output[0]] = partial[ins[0]][start:end]
+        if op in ("Gather", "Slice") and ins and ins[0] in shape_outputs:
+            picked = _static_part(node, shape_outputs[ins[0]], consts)
+            if picked is not None:
+                add_const(node.output[0], picked)
                 changed = True
                 continue
+        if op == "If" and ins and ins[0] in consts:
+            new_nodes.extend(_inline_if(node, bool(np.asarray(consts[ins[0]]).reshape(-1)[0])))
+            changed = True
+            continue
         foldable = (
             op not in _NO_FOLD
             and not any(True for _ in _subgraphs(node))
@@ -180,6 +257,9 @@ def _fold_once(model: onnx.ModelProto, max_elements: int) -> bool:
                     add_const(name, val)
                 changed = True
                 continue
+        if op == "If":
+            for branch in _subgraphs(node):
+                changed |= _fold_graph(branch, opsets, max_elements, consts, shapes, partial, types)
         new_nodes.append(node)
 
     if not changed:
@@ -190,8 +270,11 @@ def _fold_once(model: onnx.ModelProto, max_elements: int) -> bool:
     return True
 
 
-def _eliminate_dead(model: onnx.ModelProto) -> None:
-    graph = model.graph
+def _eliminate_dead(graph: onnx.GraphProto) -> None:
+    """Drop nodes no graph output needs, and unused initializers, here and in every subgraph."""
+    for node in graph.node:
+        for sg in _subgraphs(node):
+            _eliminate_dead(sg)
     needed = {o.name for o in graph.output}
 
     def sub_uses(g, acc):
@@ -220,13 +303,13 @@ def _eliminate_dead(model: onnx.ModelProto) -> None:
     # graph outputs that became constants stay as initializers (kept above)
 
 
-def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS, max_rounds: int = 8):
+def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS, max_rounds: int = 16):
     """Shape inference + constant folding to a fixpoint; returns a new model."""
     model = _infer(model)
     for _ in range(max_rounds):
         if not _fold_once(model, max_elements):
             break
-        _eliminate_dead(model)
+        _eliminate_dead(model.graph)
         model = _infer(model)
-    _eliminate_dead(model)
+    _eliminate_dead(model.graph)
     return model

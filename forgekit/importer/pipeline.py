@@ -8,14 +8,14 @@ conv/matmul patterns run on the integer kernels, and constant sub-graphs are fol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 
 from .. import interrupts, log
 from ..description import TensorInfo
 from ..errors import ForgekitError, ModelLoadError
 from .errors import REPORT_HINT, ConversionError, ImportErrorBase, PrepareError, UnsupportedOperatorsError
-from .errors import fmt_shape, one_line
+from .errors import one_line
 from .load import OnnxSource, graph_inputs, graph_outputs, load_onnx, normalize_shape_dict
 
 
@@ -28,17 +28,20 @@ class ImportedModel:
     outputs: list[TensorInfo]
 
 
-def import_source(source: OnnxSource, *, extra_converters: dict | None = None,
+def import_source(source: OnnxSource, *, extra_converters: dict | None = None, advise: bool = True,
                   **from_onnx_kwargs: Any) -> ImportedModel:
-    """Import a loaded model whose ``shape_dict``/``freeze`` are already validated (see :func:`import_onnx`)."""
+    """Import a loaded model whose ``shape_dict``/``freeze`` are already validated (see :func:`import_onnx`).
+    A conversion that fails with dynamic inputs gets advice that was checked by importing (``advise``)."""
     import tvm
     from tvm import relax
 
     from ..passes.canonicalize import canonicalize
     from ..passes.numpy_fold import fold_constants_numpy
+    from .advice import checked_advice
     from .check import convert, unsupported_ops
     from .prepare import prepare_onnx
     from .qdq import fuse_qdq
+    from .strides import input_dim, restore_plain_inputs, stepped_symbols, unprovable_broadcast
 
     model = source.model
     where = f"'{source.path}'" if source.path else None
@@ -62,22 +65,29 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None,
 
     inputs = graph_inputs(prepared)
     symbols: dict[str, Any] = {}
+    stepped = stepped_symbols(source.dynamic)  # --dynamic H=32..2048:32: H imported as 32 * H_div32
     # from_onnx wants tirx Vars for symbolic dims, never strings; one Var per symbol name.
     kwargs = dict(from_onnx_kwargs)
-    kwargs.setdefault("shape_dict", {info.name: [d if isinstance(d, int) else
-                                                 symbols.setdefault(str(d), tvm.tirx.Var(str(d), "int64"))
-                                                 for d in info.shape] for info in inputs})
+    kwargs.setdefault("shape_dict", {info.name: [
+        d if isinstance(d, int) else
+        input_dim(str(d), stepped, symbols.setdefault(str(d), tvm.tirx.Var(str(d), "int64")))
+        for d in info.shape] for info in inputs})
     kwargs.setdefault("dtype_dict", {info.name: info.dtype for info in inputs})
     try:
         with interrupts.watch(), log.quiet_native("import"):
             mod = convert(prepared, extra_converters=extra_converters, fold_relax_constants=False, where=where,
                           **kwargs)
-            mod = relax.transform.Normalize()(mod)
+            mod = relax.transform.Normalize()(restore_plain_inputs(mod, stepped))
+            unprovable = unprovable_broadcast(mod)
+            if unprovable:
+                raise ConversionError(None, None, unprovable)
             if not kwargs.get("keep_params_in_input"):
                 mod = fold_constants_numpy(canonicalize(mod))
     except ConversionError as exc:
         interrupts.check(exc)
-        raise exc.with_context(where, _pinning_hint(inputs)) from None
+        hint = checked_advice(source, inputs, lambda candidate: import_source(
+            candidate, extra_converters=extra_converters, advise=False)) if advise and not from_onnx_kwargs else None
+        raise exc.with_context(where, hint) from None
     except ImportErrorBase:
         raise
     except Exception as exc:  # Normalize or the rewrites on what the frontend built
@@ -85,18 +95,6 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None,
         raise ModelLoadError(f"TVM could not import {where or 'the model'}: {log.first_line(exc)}; "
                              f"{REPORT_HINT}.") from exc
     return ImportedModel(mod, inputs, graph_outputs(model))
-
-
-def _pinning_hint(inputs: Sequence[TensorInfo]) -> str | None:
-    """Advice for a conversion that failed with symbolic dims left: which inputs to pin, and how."""
-    dynamic = [i for i in inputs if not all(isinstance(d, int) for d in i.shape)]
-    if not dynamic:
-        return None
-    listing = ", ".join(f"{i.name}{fmt_shape(i.shape)}" for i in dynamic)
-    first = dynamic[0]
-    example = "x".join(str(d) if isinstance(d, int) else "1" for d in first.shape)
-    return (f"inputs {listing} are still dynamic: pin them with shape_dict (CLI: --input-shape "
-            f"{first.name}={example}), else {REPORT_HINT}")
 
 
 def import_onnx(model: Any, shape_dict: Mapping[str, Any] | None = None, *, freeze: Mapping[str, Any] | None = None,

@@ -27,8 +27,12 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-#: a slice end at or beyond this means "to the end of the axis" (no real dimension is 2**31 long)
-HUGE_END = 2**31 - 1
+#: a slice bound at or beyond this means "to the end of the axis" on a symbolic dimension.  Exporters spell
+#: "to the end" as INT64_MAX (torch), INT32_MAX (tf2onnx's end masks) or 10**9 (jax2tf's ``end_masked``, as
+#: in Google's Magika file-type classifier); clamping to ``min(10**9, N)`` keeps an extent no later
+#: converter can prove equal to ``N``.  The cost is assuming no symbolic dimension reaches 10**9 (4 GB of
+#: float32 along one axis); static dimensions keep ONNX's exact clamping.
+HUGE_END = 10**9
 
 def _int(value: Any) -> int | None:
     value = getattr(value, "value", value)

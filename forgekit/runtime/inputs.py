@@ -40,7 +40,8 @@ def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any],
                  ranges: Mapping[str, Mapping[str, Any]] | None = None) -> list[np.ndarray]:
     """``arrays`` as numpy arrays after checking count, dtype, rank and every static dimension against
     ``specs``; a symbolic dimension must have the same value wherever its symbol appears, within its
-    ``ranges`` entry (``{"W": {"min": 32, "max": 2048}}``, metadata ``model.dynamic``).  One-line
+    ``ranges`` entry (``{"W": {"min": 32, "max": 2048}}``, metadata ``model.dynamic``) and a multiple of its
+    ``step`` if it has one.  One-line
     :class:`InputError` s name the input, what it got and what the model expects."""
     names = [s["name"] for s in specs]
     if len(arrays) != len(specs):
@@ -69,6 +70,11 @@ def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any],
                 raise InputError(f"Input '{name}' has {want}={got} (dimension {axis}); this artifact serves {want} "
                                  f"from {low} to {high if high is not None else 'any size'}: recompile with "
                                  f"--dynamic {want}={min(low, got)}..{max(high or got, got)} to serve it.")
+            step = bounds.get("step") or 1
+            if got % step:
+                up = -(-got // step) * step
+                raise InputError(f"Input '{name}' has {want}={got} (dimension {axis}); this artifact serves {want} in "
+                                 f"multiples of {step} only: pad the input to {want}={up}.")
             seen = bound.setdefault(str(want), (got, name))
             if seen[0] != got:
                 raise InputError(f"Input '{name}' has {want}={got} but input '{seen[1]}' has {want}={seen[0]}: "

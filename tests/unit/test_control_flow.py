@@ -51,3 +51,23 @@ def test_runtime_if_artifact_with_a_scalar_input(tmp_path: Path) -> None:
     for rate in RATES:
         sr = np.array(rate, np.int64)
         assert_close(engine.infer(_x(False), sr)[0], ort_run(model, {"x": _x(False), "sr": sr})[0])
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["runtime_sr", "frozen_sr"])
+def test_shape_ifs_and_computed_pads_inside_branches_fold(frozen: bool) -> None:
+    """Silero VAD: a frozen ``sr`` inlines a branch that holds Ifs itself (was: the top-level If stayed
+    and its branch's computed reflect Pad failed to import: "Dynamic pads are not supported"); with a
+    runtime ``sr`` the branches are folded in place, so ``squeeze``'s If on a static ``shape[-1]`` and the
+    pads computed from ``shape[1]`` fold although ``N`` stays symbolic."""
+    from onnx_models import nested_shape_if_model
+
+    model = nested_shape_if_model()
+    for rate in RATES:
+        ir = forgekit.from_onnx(model, freeze={"sr": rate} if frozen else None)
+        run = ir.get_inference_function("host", opt_level=3)
+        for n in (1, 3):
+            x = np.random.default_rng(n).standard_normal((n, 4, 1)).astype(np.float32)
+            sr = np.array(rate, np.int64)
+            expected = ort_run(model, {"x": x, "sr": sr})[0]
+            assert expected.shape == (n, 5)
+            assert_close(run(x) if frozen else run(x, sr), expected)

@@ -143,6 +143,7 @@ SLICES = [
     ([-1, 5], [INT64_MIN, 0], [0, 1], [-1, -2]),               # reversal of the batch, static negative step
     ([INT64_MAX], [-INT64_MAX], [2], [-1]),                    # reversal of a symbolic length
     ([-2], [INT64_MAX], [2], [1]),                             # the last two
+    ([0, 0], [10**9, 10**9], [0, 2], [1, 1]),                  # jax2tf's end_masked "to the end"
 ]
 
 
@@ -164,6 +165,22 @@ def test_slice_then_shape_ops_import_with_exact_extents():
              helper.make_node("Add", ["w", "x"], ["b"]),
              helper.make_node("Reshape", ["b", "shape"], ["y"])]
     _check(_model(nodes, ["N", 6, 5], inits=inits, opset=13), [(1, 6, 5), (4, 6, 5)])
+
+
+def test_jax2tf_end_mask_keeps_the_batch_provable():
+    """Magika (jax2tf) slices its batch with end 10**9, reduces, and subtracts the mean reshaped to
+    ``concat(shape(x)[:1], [1])``: the slice's extent must be exactly ``N`` or the subtraction has an unknown
+    shape (was: "emit_te now only supports Tensor that has ShapeExpr shape" while folding constants)."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for v, n in (([0], "s"), ([10**9], "e"), ([0], "a"), ([1], "one"))]
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["v"]),
+             helper.make_node("ReduceMean", ["v", "one"], ["m"], keepdims=0),
+             helper.make_node("Shape", ["x"], ["sh"]),
+             helper.make_node("Slice", ["sh", "s", "one", "a"], ["n"]),
+             helper.make_node("Concat", ["n", "one"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["m", "shape"], ["m2"]),
+             helper.make_node("Sub", ["v", "m2"], ["y"])]
+    _check(_model(nodes, ["N", 6], inits=inits, opset=18), [(1, 6), (4, 6)])
 
 
 def test_output_folded_to_a_dimension_is_a_tensor():

@@ -97,6 +97,7 @@ def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = Tr
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
     from .registry import ApplyRules
+    from .serial_when_small import serial_when_small
 
     @tvm.transform.module_pass(opt_level=0, name="forgekit.CpuPipeline")
     def _pipeline(mod: Any, _ctx: Any) -> Any:
@@ -104,6 +105,7 @@ def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = Tr
         seq = tvm.transform.Sequential([
             *fusion_passes(tgt, use_nhwc, fast_math, pack_weights),
             ApplyRules(tgt, database=database),
+            serial_when_small(),
             *cpu_generic.dataflow_lower_passes(tgt),
             *cpu_generic.finalize_passes(tgt),
         ])

@@ -46,10 +46,31 @@ def _int_scalar(x, params):
     return None
 
 
+def _integral_scalar(x, params):
+    """:func:`_int_scalar`, also for float values known to be integers: a float constant with an integral
+    value, and ``Cast(float, n)`` of an integer PrimExpr (``float(w)`` of a shape, as YOLOv8's anchor grid
+    ``Range(0.0, float(w), 1.0)`` has it)."""
+    value = _int_scalar(x, params)
+    if value is not None:
+        return value
+    x = _fe.get_constant(x, params)
+    if isinstance(x, tvm.ir.GenericConst):
+        v = x.value.numpy()
+        if v.size == 1 and v.dtype.kind == "f" and float(v.reshape(-1)[0]).is_integer():
+            return int(v.reshape(-1)[0])
+    elif isinstance(x, tvm.tirx.Cast) and "int" in str(x.value.ty):
+        return x.value
+    return None
+
+
 class Range(_fe.Range):
+    """Range over a symbolic length keeps that length (``arange(0, W)`` is ``W`` long), in integers or, when
+    every bound is an integer value, in floats; TVM's converter computes the length with tensor ops, so the
+    result has a data-dependent length no later shape can be proven equal to."""
+
     @classmethod
     def _impl_v12(cls, bb, inputs, attr, params):
-        start, limit, delta = (_int_scalar(x, params) for x in inputs[:3])
+        start, limit, delta = (_integral_scalar(x, params) for x in inputs[:3])
         if isinstance(start, int) and isinstance(delta, int) and delta > 0 and tvm.ir.is_prim_expr(limit) \
                 and not isinstance(limit, int):
             dtype = str(_fe.get_constant(inputs[0], params).ty.dtype)
