@@ -82,35 +82,33 @@ def make_two_output_model() -> onnx.ModelProto:
 
 
 def make_unsupported_model() -> onnx.ModelProto:
-    """A graph whose two Loop nodes and com.microsoft.FusedConv node forgekit cannot import (not checked).
+    """A graph whose two Scan nodes and com.microsoft.FusedConv node forgekit cannot import (not checked).
 
-    TVM 0.27's Relax frontend has no Loop and nobody converts FusedConv; the Loop bodies only use
-    supported ops, so exactly two operator types are unsupported.  (This fixture used LSTM before
-    forgekit.importer added LSTM/GRU/RNN converters.)
+    Neither TVM 0.27 nor forgekit converts Scan (Loop is converted: importer/converters/loop.py) and nobody
+    converts FusedConv; the Scan bodies only use supported ops, so exactly two operator types are
+    unsupported.  (This fixture used LSTM, then Loop, before forgekit added converters for them.)
     """
 
     def body(name: str) -> onnx.GraphProto:
         return helper.make_graph(
-            [helper.make_node("Identity", ["cond_in"], ["cond_out"], name=f"{name}_cond"),
-             helper.make_node("Relu", ["v_in"], ["v_out"], name=f"{name}_relu")],
+            [helper.make_node("Add", ["s_in", "x_in"], ["s_out"], name=f"{name}_add"),
+             helper.make_node("Relu", ["s_out"], ["y_out"], name=f"{name}_relu")],
             name,
-            [helper.make_tensor_value_info("iter", TensorProto.INT64, []),
-             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-             helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 1, 4])],
-            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-             helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 1, 4])],
+            [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [4]),
+             helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [4]),
+             helper.make_tensor_value_info("y_out", TensorProto.FLOAT, [4])],
         )
 
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body("body_a"), name="loop_a"),
-         helper.make_node("Loop", ["trips", "cond", "y"], ["y2"], body=body("body_b"), name="loop_b"),
+        [helper.make_node("Scan", ["s0", "x"], ["s1", "y"], body=body("body_a"), num_scan_inputs=1, name="scan_a"),
+         helper.make_node("Scan", ["s1", "y"], ["s2", "y2"], body=body("body_b"), num_scan_inputs=1, name="scan_b"),
          helper.make_node("FusedConv", ["y2"], ["z"], domain="com.microsoft", name="fused"),
          helper.make_node("Relu", ["z"], ["out"], name="relu")],
         "unsupported",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, 4])],
-        initializer=[numpy_helper.from_array(np.array(2, np.int64), "trips"),
-                     numpy_helper.from_array(np.array(True), "cond")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 4])],
+        initializer=[numpy_helper.from_array(np.zeros(4, np.float32), "s0")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8

@@ -567,3 +567,42 @@ def tiny_fpn(anchors: bool = False):
                   numpy_helper.from_array(np.array(1.0, np.float32), "one_f")]
     return _model(nodes, [helper.make_tensor_value_info("x", F32, ["N", 3, "H", "W"])],
                   [helper.make_tensor_value_info("y", F32, None)], inits, opset=17)
+
+
+def loop_model(early_exit: bool = True, runtime_trip: bool = False, seed: int = 0):
+    """``h = tanh(h @ W + x)`` in an ONNX Loop over ``x [N, 4]`` (N dynamic), every ``h`` stacked as a scan
+    output.  The body reads ``x`` from the outer scope (a non-constant capture) and the constant ``W``
+    both from the outer scope and as a loop-carried value it passes through unchanged (paddle2onnx's way
+    of giving a decoder its weights); ``early_exit`` stops once ``iteration_num`` reaches 3 through the
+    condition; ``runtime_trip`` makes the trip count an input ``M``."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((4, 4)) * 0.5).astype(np.float32), "W")
+    cond = (helper.make_node("Less", ["i", "three"], ["c_out"]) if early_exit
+            else helper.make_node("Identity", ["c_in"], ["c_out"]))
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "w_in"], ["hw"]),
+         helper.make_node("MatMul", ["hw", "W"], ["hww"]),
+         helper.make_node("Add", ["hww", "x"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Neg", ["h_out"], ["scan_out"]),
+         helper.make_node("Constant", [], ["three"], value=numpy_helper.from_array(np.array(3, np.int64))),
+         cond],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", F32, ["N", 4]),
+         helper.make_tensor_value_info("w_in", F32, [4, 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", F32, ["N", 4]),
+         helper.make_tensor_value_info("w_in", F32, [4, 4]),
+         helper.make_tensor_value_info("scan_out", F32, ["N", 4])])
+    inits = [w, numpy_helper.from_array(np.array(True), "cond"), numpy_helper.from_array(np.float32(0.5), "half")]
+    inputs = [helper.make_tensor_value_info("x", F32, ["N", 4])]
+    if runtime_trip:
+        inputs.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(6, np.int64), "M"))
+    nodes = [helper.make_node("Mul", ["x", "half"], ["h0"]),
+             helper.make_node("Loop", ["M", "cond", "h0", "W"], ["h_final", "w_final", "hs"], body=body, name="loop")]
+    return _model(nodes, inputs, [helper.make_tensor_value_info("h_final", F32, ["N", 4]),
+                                  helper.make_tensor_value_info("hs", F32, ["T", "N", 4])], inits, opset=17)

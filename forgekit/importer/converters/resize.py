@@ -117,6 +117,12 @@ class Resize(_fe.Resize):
     @classmethod
     def _impl_v18(cls, bb, inputs, attr, params):
         x = inputs[0]
+        scales = _fe.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
+        if (isinstance(scales, tvm.ir.GenericConst) and scales.value.numpy().size == 0 and len(inputs) > 3
+                and inputs[3] is not None):
+            # an empty ``scales`` tensor next to ``sizes`` means "no scales" (paddle2onnx writes it so; the
+            # spec also allows ""): TVM's converter asserts that only one of the two is given
+            inputs = [*inputs[:2], None, *inputs[3:]]
         plan = _plan(x, inputs, attr, params)
         if plan is None:
             return super()._impl_v18(bb, inputs, attr, params)
