@@ -141,8 +141,12 @@ def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -
     """Reference outputs from onnxruntime (CPU, deterministic single-thread)."""
     import onnxruntime as ort
 
+    from forgekit.evaluate.reference import EXACT_INT8
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
+    for key, value in EXACT_INT8.items():  # int8 without the saturating u8s8 path of CPUs with no VNNI
+        options.add_session_config_entry(key, value)
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)

@@ -16,8 +16,18 @@ from ..errors import InputError, ModelLoadError, NotAvailableError
 from ..log import first_line
 
 
-def session(onnx_model: str | os.PathLike[str], threads: int = 1) -> Any:
-    """An onnxruntime CPU session on ``onnx_model`` with ``threads`` intra-op threads (1: deterministic)."""
+#: onnxruntime's x86 u8s8 kernels on CPUs without VNNI (AVX2, AVX-512F) multiply with ``vpmaddubsw``, whose
+#: int16 pair sums saturate: its int8 outputs are then off by whole quantization steps (a QDQ CNN on this Zen 3
+#: host: 7.7e-3 from onnx.reference's exact result, which forgekit's integer kernels match bit for bit).  This
+#: option makes onnxruntime widen to int16 first (its PR #12088); it costs onnxruntime speed, so the timed
+#: peer in ``forgekit bench`` runs without it and only the outputs it is judged against use it.
+EXACT_INT8 = {"session.x64quantprecision": "1"}
+
+
+def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool = True) -> Any:
+    """An onnxruntime CPU session on ``onnx_model`` with ``threads`` intra-op threads (1: deterministic);
+    ``exact``: int8 products without onnxruntime's saturating x86 path (see :data:`EXACT_INT8`), for a
+    reference to judge outputs by rather than a peer to time."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -28,6 +38,8 @@ def session(onnx_model: str | os.PathLike[str], threads: int = 1) -> Any:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # its warnings are not the user's business
+    for key, value in (EXACT_INT8.items() if exact else ()):
+        options.add_session_config_entry(key, value)
     try:
         return ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
