@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .ti import BOARDS as _TI_BOARDS
+
 _AARCH64 = "aarch64-linux-gnu"
 _ARMHF = "armv7l-linux-gnueabihf"
 _ANDROID64 = "aarch64-linux-android"
@@ -87,6 +89,9 @@ TAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "cuda/sm_86": ("cuda", "NVIDIA Ampere (RTX 30xx, A10, A40)", _cuda("sm_86", {"kind": "llvm"})),
     "cuda/sm_89": ("cuda", "NVIDIA Ada (L4, RTX 40xx)", _cuda("sm_89", {"kind": "llvm"})),
     "cuda/sm_90": ("cuda", "NVIDIA Hopper (H100, H200)", _cuda("sm_90", {"kind": "llvm"})),
+    # TI Jacinto 7 / Sitara AM6x: their Arm cores (ARMv8.0, no dot product); the C7x/MMA accelerator is
+    # reached with --offload tidl (forgekit.targets.ti has the boards, forgekit.offload.tidl the plan).
+    **{b.tag: ("arm", b.description, _arm64(b.mcpu, b.cores)) for b in _TI_BOARDS},
 }
 
 #: Names that mean "the machine running forgekit"; resolved by detecting the CPU.
