@@ -23,6 +23,7 @@ import numpy as np
 
 from ..description import ModelDescription, TensorInfo
 from ..errors import NotAvailableError, UsageError
+from ..offload.mixin import PartitionMixin
 from ..options import DEFAULT_OUTPUT, CompileOptions
 from .graph import const_array, constants, flatten_outputs, simplify, tensor_infos, to_tvm
 from .quantization import QuantizationMixin
@@ -46,7 +47,7 @@ class _State:
     split: bool = False
 
 
-class IRModule(QuantizationMixin):
+class IRModule(QuantizationMixin, PartitionMixin):
     """A model in forgekit's IR (a Relax ``tvm.IRModule`` with weights as constants).
 
     Build one with :meth:`from_onnx` (or :func:`forgekit.from_onnx`); the constructor wraps an existing
@@ -59,7 +60,7 @@ class IRModule(QuantizationMixin):
     params:
         Optional weights to bind to parameters of ``main`` by name (as Forge's ``RelayModule`` takes).
     inline_partitions:
-        Accepted for Forge compatibility; forgekit has no partitions to inline yet.
+        Put offloaded partitions (``Codegen`` functions) of ``mod`` back into ``main`` (:meth:`inline_partitions`).
     fold_constants:
         Evaluate constant sub-graphs at import (shape arithmetic, weight reshapes, ``ConstantOfShape``).
     fold_batch_norms:
@@ -74,6 +75,10 @@ class IRModule(QuantizationMixin):
 
         if params:
             mod = relax.transform.BindParams("main", {k: to_tvm(v) for k, v in params.items()})(mod)
+        if inline_partitions:
+            from ..offload.partition import inline_partitions as inline
+
+            mod = inline(mod)
         self._mod = simplify(mod, fold_constants=fold_constants, fold_batch_norms=fold_batch_norms)
         main = self._mod["main"]
         names = list(input_names) if input_names else [p.name for p in main.params]
@@ -181,30 +186,10 @@ class IRModule(QuantizationMixin):
         return {f"const_{i}": const_array(c) for i, c in enumerate(constants(self._mod["main"]))}
 
     @property
-    def graph_count(self) -> int:
-        """Number of Relax functions (graphs) in the module: 1 for a plain model."""
-        from tvm import relax
-
-        return sum(1 for _, f in self._mod.functions.items() if isinstance(f, relax.Function))
-
-    @property
-    def subgraph_count(self) -> int:
-        """Number of sub-graphs offloaded to an external codegen (BYOC); 0 without offload."""
-        from tvm import relax
-
-        return sum(1 for _, f in self._mod.functions.items()
-                   if isinstance(f, relax.Function) and f.attrs is not None and "Codegen" in f.attrs)
-
-    @property
     def source_path(self) -> str | None:
         """The ONNX file it was imported from (None when it came from memory)."""
         source = self._state.source
         return source.path if source is not None else None
-
-    @property
-    def is_tensorrt(self) -> bool:
-        """Always False: this TVM build has no TensorRT runtime."""
-        return False
 
     @property
     def is_split_tensors(self) -> bool:
@@ -340,7 +325,7 @@ class IRModule(QuantizationMixin):
             best = best_here(levels)
             spec = levels[best if best is not None else -1].spec
         CompileOptions(opt_level=opt_level)  # validates the level
-        vm = relax.VirtualMachine(build_executable(self._mod, spec, opt_level=opt_level), tvm.cpu())
+        vm = relax.VirtualMachine(build_executable(self._buildable(), spec, opt_level=opt_level), tvm.cpu())
         specs = [t.to_dict() for t in self.input_nodes]
         ranges = self.describe_dynamic()
         n_out = self.output_count
@@ -384,7 +369,7 @@ class IRModule(QuantizationMixin):
         from ..compiler import compile_model
 
         options = replace(options, inputs=tuple(dict.fromkeys([*options.inputs, *self._state.inputs_read])))
-        return compile_model(self._mod, self.describe(), options, ir_text=lambda: self._mod.script(show_meta=False),
+        return compile_model(self._buildable(), self.describe(), options, ir_text=lambda: self._mod.script(show_meta=False),
                              tuning_progress=tuning_progress)
 
 
