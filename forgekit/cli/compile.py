@@ -15,8 +15,8 @@ from ..errors import UsageError
 from ..options import CompileOptions, QuantizeOptions, TuneOptions
 from .app import app, command
 from .options import (C, Q, CalibDataOpt, DynamicOpt, ForceOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg,
-                      PasswordFileOpt, ShapeOpt, model_arg, parse_dynamic, parse_freeze, parse_shapes, password,
-                      quantize_options, rpc_options, write_json)
+                      OffloadOpt, PasswordFileOpt, ShapeOpt, model_arg, parse_dynamic, parse_freeze, parse_shapes,
+                      password, quantize_options, rpc_options, write_json)
 
 #: seconds a compile step runs before a log (no terminal) gets stage lines
 QUIET_SECONDS = 5.0
@@ -145,6 +145,7 @@ def compile(  # noqa: A001 - the verb users type
                             "category:graph,iterations:N or category:kernel,level:1-4.")] = None,
     quantize: QuantizeOpt = None,
     calib_data: CalibDataOpt = None,
+    offload: OffloadOpt = None,
     rpc: Any = None,
     **quant: Any,
 ) -> None:
@@ -157,8 +158,8 @@ def compile(  # noqa: A001 - the verb users type
     tune_trials = leip.get("iterations", tune_trials)
     if rpc is not None and tune_trials is None:
         raise UsageError("An RPC device for tuning was given without tuning: add --tune-trials N.")
-    if calib_data is not None and quantize is None:
-        raise UsageError("--calib-data needs --quantize int8|uint8.")
+    if calib_data is not None and quantize is None and offload is None:
+        raise UsageError("--calib-data needs --quantize int8|uint8 (or --offload tidl).")
     qoptions = QuantizeOptions(activation_dtype=quantize, **quant) if quantize is not None else None
     tuning = None if tune_trials is None else TuneOptions(trials=tune_trials, records=records, rpc=rpc)
     from ..artifact.outputs import check_output
@@ -166,6 +167,10 @@ def compile(  # noqa: A001 - the verb users type
 
     inputs = tuple(p for p in (path, calib_data, password_file if password_file != "-" else None) if p)
     spec = parse_target(target, host)  # the one parse: a bad target fails before a long import
+    if offload is not None:
+        from ..offload.tidl_driver import check_offload
+
+        check_offload(offload, spec.name)
     options = CompileOptions(target=spec, output_path=output, opt_level=opt_level,
                              precision="float16" if float16 else "float32", layout=layout, export_ir=export_ir,
                              export_metadata=export_metadata, force=force, uuid=uuid, tuning=tuning, inputs=inputs)
@@ -180,6 +185,11 @@ def compile(  # noqa: A001 - the verb users type
     with _tuning_progress(tune_trials) as progress, building:  # one live display at a time
         result = ir.compile_with(options, tuning_progress=progress)
     _summary(os.path.basename(path), result, opt_level)
+    if offload is not None:
+        from ..offload.tidl_driver import offload_artifact
+
+        for line in offload_artifact(offload, path, spec.name, result.path, parse_shapes(input_shape), calib_data):
+            print(line)
 
 
 def _summary(model: str, result: Any, opt_level: int) -> None:

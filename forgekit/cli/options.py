@@ -214,3 +214,8 @@ def write_json(path: str | None, data: object) -> None:
 
 def fmt_shape(shape: object) -> str:
     return "x".join(str(d) for d in shape) or "scalar"  # type: ignore[attr-defined]
+
+
+# accelerator offload (compile --offload)
+OffloadOpt = Annotated[Optional[str], typer.Option("--offload", metavar="ACCEL", help="Plan the accelerator offload "
+                                                   "(tidl: TI boards) and, with TI's tools, build it.")]
