@@ -82,33 +82,20 @@ def make_two_output_model() -> onnx.ModelProto:
 
 
 def make_unsupported_model() -> onnx.ModelProto:
-    """A graph whose two Scan nodes and com.microsoft.FusedConv node forgekit cannot import (not checked).
-
-    Neither TVM 0.27 nor forgekit converts Scan (Loop is converted: importer/converters/loop.py) and nobody
-    converts FusedConv; the Scan bodies only use supported ops, so exactly two operator types are
-    unsupported.  (This fixture used LSTM, then Loop, before forgekit added converters for them.)
-    """
-
-    def body(name: str) -> onnx.GraphProto:
-        return helper.make_graph(
-            [helper.make_node("Add", ["s_in", "x_in"], ["s_out"], name=f"{name}_add"),
-             helper.make_node("Relu", ["s_out"], ["y_out"], name=f"{name}_relu")],
-            name,
-            [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [4]),
-             helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [4])],
-            [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [4]),
-             helper.make_tensor_value_info("y_out", TensorProto.FLOAT, [4])],
-        )
-
+    """A graph whose two DeformConv nodes and com.microsoft.FusedConv node forgekit cannot import (not
+    checked).  Neither TVM 0.27 nor forgekit converts DeformConv, nobody converts FusedConv: exactly two
+    operator types are unsupported.  (This fixture used LSTM, then Loop, then Scan, before forgekit converted
+    them.)"""
     graph = helper.make_graph(
-        [helper.make_node("Scan", ["s0", "x"], ["s1", "y"], body=body("body_a"), num_scan_inputs=1, name="scan_a"),
-         helper.make_node("Scan", ["s1", "y"], ["s2", "y2"], body=body("body_b"), num_scan_inputs=1, name="scan_b"),
+        [helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="deform_a"),
+         helper.make_node("DeformConv", ["y", "w", "offset"], ["y2"], name="deform_b"),
          helper.make_node("FusedConv", ["y2"], ["z"], domain="com.microsoft", name="fused"),
          helper.make_node("Relu", ["z"], ["out"], name="relu")],
         "unsupported",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 4])],
-        initializer=[numpy_helper.from_array(np.zeros(4, np.float32), "s0")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, 4, 4])],
+        initializer=[numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w"),
+                     numpy_helper.from_array(np.zeros((1, 2, 4, 4), np.float32), "offset")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8

@@ -606,3 +606,25 @@ def loop_model(early_exit: bool = True, runtime_trip: bool = False, seed: int = 
              helper.make_node("Loop", ["M", "cond", "h0", "W"], ["h_final", "w_final", "hs"], body=body, name="loop")]
     return _model(nodes, inputs, [helper.make_tensor_value_info("h_final", F32, ["N", 4]),
                                   helper.make_tensor_value_info("hs", F32, ["T", "N", 4])], inits, opset=17)
+
+
+def scan_model(reverse_input: bool = False, reverse_output: bool = False, output_axis: int = 0, input_axis: int = 0):
+    """A running sum over ``x [T, N, 3]`` (or ``[N, T, 3]`` with ``input_axis=1``), T and N dynamic, as an
+    ONNX Scan: the state is the sum so far, the scan output ``tanh(sum) * w`` per step; ``w`` is read from
+    the outer scope."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Tanh", ["s_out"], ["t"]),
+         helper.make_node("Mul", ["t", "w"], ["y_t"])],
+        "scan_body",
+        [helper.make_tensor_value_info("s_in", F32, ["N", 3]), helper.make_tensor_value_info("x_t", F32, ["N", 3])],
+        [helper.make_tensor_value_info("s_out", F32, ["N", 3]), helper.make_tensor_value_info("y_t", F32, ["N", 3])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s_final", "ys"], body=body, num_scan_inputs=1,
+                            scan_input_directions=[int(reverse_input)], scan_output_directions=[int(reverse_output)],
+                            scan_input_axes=[input_axis], scan_output_axes=[output_axis], name="scan")
+    x_shape = ["T", "N", 3] if input_axis == 0 else ["N", "T", 3]
+    y_shape = ["T", "N", 3] if output_axis == 0 else ["N", "T", 3]
+    inits = [numpy_helper.from_array(np.array([0.5, -1.0, 2.0], np.float32), "w")]
+    return _model([node], [helper.make_tensor_value_info("s0", F32, ["N", 3]), helper.make_tensor_value_info("x", F32, x_shape)],
+                  [helper.make_tensor_value_info("s_final", F32, ["N", 3]), helper.make_tensor_value_info("ys", F32, y_shape)],
+                  inits, opset=17)

@@ -1,4 +1,5 @@
-"""ONNX ``Loop`` bodies made self-contained before import (the converter is :mod:`.converters.loop`).
+"""ONNX ``Loop`` bodies made self-contained before import (the converter is :mod:`.converters.loop`), and
+``Scan`` rewritten as ``Loop``.
 
 A Loop body may read any value of the enclosing graph by name, and exporters pass weights through a loop
 as loop-carried values that the body returns unchanged (paddle2onnx's SLANet table recognizer carries 16
@@ -115,6 +116,94 @@ def _rename_reads(graph: onnx.GraphProto, old: str, new: str) -> None:
     for out in graph.output:
         if out.name == old:
             out.name = new
+
+
+def _ints(node: onnx.NodeProto, name: str, count: int, default: int) -> list[int]:
+    values = next((list(a.ints) for a in node.attribute if a.name == name), None)
+    return values if values else [default] * count
+
+
+def _scan_as_loop(node: onnx.NodeProto, ranks: dict[str, int]) -> list[onnx.NodeProto]:
+    """A ``Scan`` as the nodes of an equivalent ``Loop``: the trip count is the scan inputs' length, each
+    iteration ``Gather`` s its slice of every scan input (from the end for a reverse direction), and the
+    stacked scan outputs are reversed and transposed into place afterwards."""
+    body = _body(node)
+    n_scan_in = next(a.i for a in node.attribute if a.name == "num_scan_inputs")
+    n_state = len(node.input) - n_scan_in
+    n_scan_out = len(body.output) - n_state
+    in_axes = _ints(node, "scan_input_axes", n_scan_in, 0)
+    in_dirs = _ints(node, "scan_input_directions", n_scan_in, 0)
+    out_axes = _ints(node, "scan_output_axes", n_scan_out, 0)
+    out_dirs = _ints(node, "scan_output_directions", n_scan_out, 0)
+    p = f"{node.name}__"
+    scan_inputs = list(node.input[n_state:])
+    for j, axis in enumerate(in_axes):
+        if axis < 0:
+            if scan_inputs[j] not in ranks:
+                raise ValueError(f"Scan '{node.name}': a negative scan_input_axes needs the input's rank")
+            in_axes[j] = axis + ranks[scan_inputs[j]]
+    length = helper.make_node("Shape", [scan_inputs[0]], [p + "shape"])
+    count = helper.make_node("Gather", [p + "shape", p + "axis0"], [p + "len"], axis=0)
+    axis0 = helper.make_node("Constant", [], [p + "axis0"], value=helper.make_tensor("a", onnx.TensorProto.INT64,
+                                                                                      [], [in_axes[0]]))
+    loop_body = onnx.GraphProto()
+    loop_body.CopyFrom(body)
+    slice_inputs = loop_body.input[n_state:]
+    steps = [helper.make_node("Identity", [p + "cond"], [p + "cond_out"]),
+             helper.make_node("Sub", [p + "len", p + "iter"], [p + "left"]),
+             helper.make_node("Sub", [p + "left", p + "one"], [p + "rev"]),
+             helper.make_node("Constant", [], [p + "one"], value=helper.make_tensor("o", onnx.TensorProto.INT64,
+                                                                                     [], [1]))]
+    for j, vi in enumerate(slice_inputs):
+        index = p + ("rev" if in_dirs[j] else "iter")
+        steps.append(helper.make_node("Gather", [scan_inputs[j], index], [vi.name], axis=in_axes[j]))
+    nodes = list(loop_body.node)
+    del loop_body.node[:]
+    loop_body.node.extend(steps + nodes)
+    del loop_body.input[n_state:]
+    loop_body.input.insert(0, helper.make_tensor_value_info(p + "iter", onnx.TensorProto.INT64, []))
+    loop_body.input.insert(1, helper.make_tensor_value_info(p + "cond", onnx.TensorProto.BOOL, []))
+    loop_body.output.insert(0, helper.make_tensor_value_info(p + "cond_out", onnx.TensorProto.BOOL, []))
+    stacked = [p + f"stacked{k}" for k in range(n_scan_out)]
+    loop = helper.make_node("Loop", [p + "len", "", *node.input[:n_state]],
+                            [*node.output[:n_state], *stacked], body=loop_body, name=node.name)
+    out = [axis0, length, count, loop]
+    for k, (axis, direction) in enumerate(zip(out_axes, out_dirs)):
+        name, final = stacked[k], node.output[n_state + k]
+        if direction:  # stacked last-first: reverse along the new axis
+            bounds = {"start": -1, "end": -(2**63), "axis": 0, "step": -1}
+            for part, value in bounds.items():
+                out.append(helper.make_node("Constant", [], [f"{name}_{part}"], value=helper.make_tensor(
+                    part, onnx.TensorProto.INT64, [1], [value])))
+            out.append(helper.make_node("Slice", [name, *(f"{name}_{part}" for part in bounds)], [name + "_rev"]))
+            name += "_rev"
+        if axis:
+            elem = body.output[n_state + k].type.tensor_type
+            if not elem.HasField("shape"):
+                raise ValueError(f"Scan '{node.name}': scan_output_axes needs the body output's rank")
+            rank = len(elem.shape.dim) + 1
+            axis = axis + rank if axis < 0 else axis
+            perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, rank))
+            out.append(helper.make_node("Transpose", [name], [final], perm=perm))
+        else:
+            out.append(helper.make_node("Identity", [name], [final]))
+    return out
+
+
+def scans_to_loops(model: onnx.ModelProto) -> None:
+    """Every top-level ``Scan`` as a ``Loop`` (in place): one converter serves both."""
+    graph = model.graph
+    if not any(n.op_type == "Scan" for n in graph.node):
+        return
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in
+             list(graph.value_info) + list(graph.input) + list(graph.output)
+             if vi.type.tensor_type.HasField("shape")}
+    ranks.update({t.name: len(t.dims) for t in graph.initializer})
+    nodes = []
+    for node in graph.node:
+        nodes.extend(_scan_as_loop(node, ranks) if node.op_type == "Scan" else [node])
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def close_loops(model: onnx.ModelProto) -> None:

@@ -29,7 +29,8 @@
    turns a 0-d ``ConstantOfShape`` into a constant), ``If`` nodes whose condition
    is constant are replaced by the taken branch.  Dead nodes and unused
    initializers are removed.  Quantize/Dequantize and random ops are never folded.
-7. ``Loop`` bodies are closed over their outer scope (:mod:`.loops`).
+7. ``Scan`` nodes become ``Loop`` nodes, and ``Loop`` bodies are closed over their outer scope
+   (:mod:`.loops`).
 
 Only ``onnx`` and ``numpy`` are needed.
 """
@@ -45,7 +46,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import DynamicShapeError, PrepareError, fmt_shape
-from .loops import close_loops
+from .loops import close_loops, scans_to_loops
 from .onnx_fold import MAX_FOLD_ELEMENTS, _infer, fold_constants
 from .onnx_utils import (  # noqa: F401 - graph_inputs, value_shape: part of this module's interface
     _set_shape, _subgraphs, default_opset, graph_inputs, initializer_names, is_static, iter_nodes, value_shape)
@@ -282,5 +283,6 @@ def prepare_onnx(
         model = fold_constants(model, max_fold_elements)
     else:
         model = _infer(model)
+    scans_to_loops(model)
     close_loops(model)
     return model

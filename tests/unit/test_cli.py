@@ -96,7 +96,7 @@ def test_unsupported_ops_listed(tmp_path) -> None:
     path = tmp_path / "unsupported.onnx"
     onnx.save(make_unsupported_model(), path)
     _one_line_error(run_cli("compile", str(path), "-o", str(tmp_path / "o")), 4,
-                    "Scan (scan_a, scan_b)", "com.microsoft.FusedConv (fused)")
+                    "DeformConv (deform_a, deform_b)", "com.microsoft.FusedConv (fused)")
 
 
 def test_inspect_check(convnet_path, tmp_path) -> None:
@@ -107,11 +107,11 @@ def test_inspect_check(convnet_path, tmp_path) -> None:
     onnx.save(model, path)
     proc = run_cli("inspect", str(path), "--check")
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
-    assert "unsupported: Scan (2): scan_a, scan_b" in proc.stdout
+    assert "unsupported: DeformConv (2): deform_a, deform_b" in proc.stdout
     assert "unsupported: com.microsoft.FusedConv (1): fused" in proc.stdout
     assert "dynamic input: tokens [1xseq] (kept dynamic; pin it with --input-shape tokens=" in proc.stdout
     data = json.loads(run_cli("inspect", str(path), "--check", "--json", "-", "--input-shape", "seq=16").stdout)
-    assert data["unsupported"][0] == {"op": "Scan", "node": "scan_a"} and data["dynamic_inputs"] == []
+    assert data["unsupported"][0] == {"op": "DeformConv", "node": "deform_a"} and data["dynamic_inputs"] == []
     ok = run_cli("inspect", str(convnet_path), "--check")
     assert ok.returncode == 0 and "every operator is supported" in ok.stdout, ok.stderr
     _one_line_error(run_cli("inspect", str(path), "--check", "--input-shape", "nope=1x2"), 2, "model's inputs are")

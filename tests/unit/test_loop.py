@@ -19,7 +19,7 @@ from forgekit.importer.prepare import prepare_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import assert_close, ort_run  # noqa: E402
-from onnx_models import loop_model  # noqa: E402
+from onnx_models import loop_model, scan_model  # noqa: E402
 
 
 def _x(n: int) -> np.ndarray:
@@ -105,3 +105,23 @@ def test_nested_loops() -> None:
     got = forgekit.from_onnx(model).get_inference_function("host", opt_level=3)(x)
     assert_close(got, ort_run(model, {"x": x})[0])
     assert_close(got, x * 7.0 ** 4)
+
+
+@pytest.mark.parametrize("reverse_input,reverse_output,output_axis,input_axis",
+                         [(False, False, 0, 0), (True, False, 0, 0), (False, True, 1, 0), (True, True, 1, 1)],
+                         ids=["forward", "reverse_in", "reverse_out_axis1", "reverse_both_axis1"])
+def test_scan_is_a_loop_and_matches_onnxruntime(reverse_input, reverse_output, output_axis, input_axis) -> None:
+    """Scan becomes a Loop over its inputs' length (importer/loops.py): directions and axes as ONNX says,
+    one artifact for every sequence length and batch."""
+    model = scan_model(reverse_input, reverse_output, output_axis, input_axis)
+    run = forgekit.from_onnx(model, {"s0": ["N", 3], "x": ["T", "N", 3] if input_axis == 0 else ["N", "T", 3]}
+                             ).get_inference_function("host", opt_level=3)
+    rng = np.random.default_rng(3)
+    for t, n in ((1, 2), (5, 1), (9, 3)):
+        s0 = rng.standard_normal((n, 3)).astype(np.float32)
+        x = rng.standard_normal((t, n, 3) if input_axis == 0 else (n, t, 3)).astype(np.float32)
+        expected = ort_run(model, {"s0": s0, "x": x})
+        got = run(s0, x)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape
+            assert_close(g, e)

@@ -31,8 +31,9 @@ EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **sli
                                      **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS,
                                      **shapes.CONVERTERS, **loop.CONVERTERS}
 
-#: ops the frontend handles outside its convert map.
-DIRECTLY_HANDLED = {"If"}
+#: ops handled outside the convert map: If by the frontend itself, Scan rewritten as a Loop before
+#: conversion (importer/loops.py).
+DIRECTLY_HANDLED = {"If", "Scan"}
 
 _ORIG_GET_CONVERT_MAP = _fe._get_convert_map
 _LOCK = threading.RLock()

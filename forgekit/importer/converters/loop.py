@@ -118,10 +118,26 @@ def _fresh_type(ty: Any, table: dict[str, Any]) -> Any:
     return relax.TensorType(dims, str(ty.dtype))
 
 
+def _as_tensor(bb: Any, value: Any) -> Any:
+    """``value`` as a tensor: the frontend keeps shape arithmetic (``Gather(Shape(x), 0)``) as scalar
+    PrimExprs and shapes as ShapeExprs, which a function parameter of tensor type cannot take."""
+    value = bb.normalize(value)
+    if isinstance(value.ty, relax.ShapeType):
+        return bb.normalize(relax.op.shape_to_tensor(value))
+    if isinstance(value.ty, tvm.ir.PrimType):
+        # a binding of a PrimValue, or a symbolic variable (in 0.27 both are Vars of PrimType)
+        expr = (bb.lookup_binding(value) if isinstance(value, relax.Var) else None) or value
+        tensor = relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([tvm.tirx.Cast("int64", expr)])), [])
+        if str(value.ty.dtype) != "int64":
+            tensor = relax.op.astype(tensor, str(value.ty.dtype))
+        return bb.normalize(tensor)
+    return value
+
+
 def _scalar(bb: Any, value: Any, dtype: str, default: Any) -> Any:
     if value is None:
         return relax.const(np.asarray(default, dtype=dtype), dtype)
-    value = bb.normalize(value)
+    value = _as_tensor(bb, value)
     if str(value.ty.dtype) != dtype:
         value = relax.op.astype(value, dtype)
     return bb.normalize(relax.op.reshape(value, []))
@@ -139,7 +155,7 @@ def _bind(params: list[Any], types: list[Any]) -> dict[Any, Any]:
 
 def convert_loop(bb: Any, inputs: list[Any], attr: dict[str, Any]) -> Any:
     body = attr["body"]
-    trip, cond0, init = inputs[0], inputs[1], [bb.normalize(v) for v in inputs[2:]]
+    trip, cond0, init = inputs[0], inputs[1], [_as_tensor(bb, v) for v in inputs[2:]]
     n_carried = len(init)
     carried = [v.ty for v in init]
     body_mod = _import_body(body, carried)
