@@ -1,0 +1,127 @@
+// Can this machine run the artifact?  Answered from metadata.json before any of the model's code runs
+// (forgekit/runtime/compat.py): an AVX-512 library on an AVX2 CPU would otherwise die with SIGILL and no
+// message, an aarch64 library fails to load with a bare "No such file".
+#include <sys/utsname.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "../include/forgekit_runtime.h"
+#include "internal.h"
+
+namespace forgekit {
+namespace {
+
+std::string NormalizeArch(std::string machine) {
+  for (char& c : machine) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  if (machine == "amd64" || machine == "x86_64" || machine == "x64") return "x86_64";
+  if (machine == "arm64" || machine == "aarch64") return "aarch64";
+  if (machine.rfind("arm", 0) == 0) return "arm";
+  return machine;
+}
+
+std::string HostArch() {
+  struct utsname name;
+  return uname(&name) == 0 ? NormalizeArch(name.machine) : "";
+}
+
+#if defined(__ANDROID__)
+const char* kHostOs = "android";
+#else
+const char* kHostOs = "linux";
+#endif
+
+// The features (LLVM's names) this CPU executes, among those this compiler can ask about; `known` gets
+// every name that was asked, so a feature nobody could ask about is not held against the artifact.
+void HostFeatures(std::set<std::string>* have, std::set<std::string>* known) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+#define FK_FEATURE(name)                                  \
+  known->insert(name);                                    \
+  if (__builtin_cpu_supports(name)) have->insert(name);
+  FK_FEATURE("sse") FK_FEATURE("sse2") FK_FEATURE("sse3") FK_FEATURE("ssse3") FK_FEATURE("sse4.1")
+  FK_FEATURE("sse4.2") FK_FEATURE("popcnt") FK_FEATURE("avx") FK_FEATURE("avx2") FK_FEATURE("fma")
+  FK_FEATURE("f16c") FK_FEATURE("bmi") FK_FEATURE("bmi2") FK_FEATURE("lzcnt") FK_FEATURE("movbe")
+  FK_FEATURE("fma4") FK_FEATURE("xop") FK_FEATURE("avx512f") FK_FEATURE("avx512bw") FK_FEATURE("avx512cd")
+  FK_FEATURE("avx512dq") FK_FEATURE("avx512vl") FK_FEATURE("avx512vnni") FK_FEATURE("avx512bf16")
+  FK_FEATURE("avx512ifma") FK_FEATURE("avx512vbmi") FK_FEATURE("avx512vbmi2") FK_FEATURE("avx512bitalg")
+  FK_FEATURE("avx512vpopcntdq") FK_FEATURE("avx512fp16") FK_FEATURE("avxvnni")
+#undef FK_FEATURE
+#else
+  (void)have;
+  (void)known;  // other CPUs: not asked here (forgekit.runtime reads their hwcaps); the arch check remains
+#endif
+}
+
+std::vector<std::string> Missing(const std::vector<std::string>& required) {
+  std::set<std::string> have, known;
+  HostFeatures(&have, &known);
+  std::vector<std::string> missing;
+  for (const std::string& f : required) {
+    if (known.count(f) && !have.count(f)) missing.push_back(f);
+  }
+  return missing;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+}  // namespace
+
+void CheckRunnable(const Metadata& meta, const std::string& what) {
+  std::string here = HostArch();
+  std::string arch = meta.arch.empty() ? here : NormalizeArch(meta.arch);
+  if (meta.device_os != kHostOs) {
+    throw Failure(FK_ERR_INCOMPATIBLE, what + " is an " + meta.device_os + " library (" +
+                                           (meta.target_name.empty() ? arch : meta.target_name) +
+                                           "): run it on that device, not on this " + kHostOs + " machine.");
+  }
+  if (arch != here) {
+    throw Failure(FK_ERR_INCOMPATIBLE, what + " is an " + arch + " library and this machine is " + here +
+                                           ": run it on the board it was compiled for.");
+  }
+  if (meta.device_kind != "cpu") {
+    throw Failure(FK_ERR_NOT_AVAILABLE, what + " is a " + meta.device_kind +
+                                            " artifact: the forgekit C runtime runs CPU artifacts only.");
+  }
+  std::vector<std::string> missing = Missing(meta.cpu_features);
+  if (!missing.empty()) {
+    throw Failure(FK_ERR_INCOMPATIBLE, what + " was built for " + arch + " with " + Join(missing) + " (" +
+                                           (meta.cpu.empty() ? "its CPU" : meta.cpu) + "); this CPU lacks " +
+                                           Join(missing) + ": recompile it for a target this CPU has.");
+  }
+}
+
+std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const std::string& dir,
+                                                  const std::string& library) {
+  // Levels are listed best first, the baseline (model_library.so, already checked) last.
+  if (meta.variants.empty() || library != JoinPath(dir, meta.library_file)) return {library, ""};
+  if (const char* forced = getenv("FORGEKIT_LEVEL"); forced && *forced) {  // as forgekit.runtime.compat
+    for (const Variant& v : meta.variants) {
+      if (v.name != forced) continue;
+      if (!Missing(v.cpu_features).empty()) {
+        throw Failure(FK_ERR_INCOMPATIBLE, std::string("FORGEKIT_LEVEL=") + forced +
+                                               ": this CPU cannot run that level; unset it to let forgekit choose.");
+      }
+      return {JoinPath(dir, v.file), v.name};
+    }
+    std::vector<std::string> names;
+    for (const Variant& v : meta.variants) names.push_back(v.name);
+    throw Failure(FK_ERR_INCOMPATIBLE, std::string("FORGEKIT_LEVEL=") + forced + " is not a level of " + library +
+                                           ": it has " + Join(names) + ".");
+  }
+  std::set<std::string> have, known;
+  HostFeatures(&have, &known);
+  if (known.empty()) return {JoinPath(dir, meta.variants.back().file), meta.variants.back().name};  // cannot ask
+  for (const Variant& v : meta.variants) {
+    if (Missing(v.cpu_features).empty()) return {JoinPath(dir, v.file), v.name};
+  }
+  const Variant& last = meta.variants.back();
+  return {JoinPath(dir, last.file), last.name};
+}
+
+}  // namespace forgekit

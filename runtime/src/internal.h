@@ -1,0 +1,57 @@
+// Internal declarations of libforgekit_runtime: the metadata, the host checks and the decryption.
+#ifndef FORGEKIT_RUNTIME_INTERNAL_H_
+#define FORGEKIT_RUNTIME_INTERNAL_H_
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace forgekit {
+
+// A user-facing failure: one line and a forgekit exit code (fk_status).
+struct Failure : std::runtime_error {
+  int code;
+  Failure(int code, const std::string& message) : std::runtime_error(message), code(code) {}
+};
+
+// One input or output as metadata.json describes it; -1 marks a dynamic dim.
+struct TensorSpec {
+  std::string name, dtype;
+  std::vector<int64_t> shape, dim_min, dim_max, dim_step;
+  std::vector<std::string> symbols;   // "" for static dims
+  std::vector<const char*> symbol_ptrs;  // what fk_tensor_info.dim_names points to
+};
+
+struct Variant {  // one instruction-set level of a portable artifact
+  std::string name, file;
+  std::vector<std::string> cpu_features;
+};
+
+struct Metadata {
+  std::string layout, library_file, arch, cpu, target_name, device_os = "linux", device_kind = "cpu";
+  std::vector<std::string> cpu_features;
+  std::vector<Variant> variants;
+  std::vector<TensorSpec> inputs, outputs;
+};
+
+// metadata.json parsed (Failure with FK_ERR_ARTIFACT when unreadable).
+Metadata ReadMetadata(const std::string& path);
+
+// Failure (FK_ERR_INCOMPATIBLE / FK_ERR_NOT_AVAILABLE) unless this machine can run the artifact.
+void CheckRunnable(const Metadata& meta, const std::string& what);
+// The library file (within dir) this CPU runs best, and its level name ("" for single-level artifacts).
+std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const std::string& dir,
+                                                  const std::string& library);
+
+// True when the file starts with the encrypted-library magic bytes.
+bool IsEncrypted(const std::string& path);
+// Decrypt and authenticate every chunk into a sealed memfd; returns its descriptor (caller closes).
+int DecryptToMemfd(const std::string& library, const std::string& key_file, const std::string& password);
+
+std::string JoinPath(const std::string& dir, const std::string& name);
+bool FileExists(const std::string& path);
+
+}  // namespace forgekit
+
+#endif  // FORGEKIT_RUNTIME_INTERNAL_H_

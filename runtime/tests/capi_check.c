@@ -1,0 +1,110 @@
+/*
+ * A C99 program over the C API (it also proves forgekit_runtime.h is plain C): prints what the model
+ * describes, runs it once on zeros (dynamic dims at their smallest served size) and exercises the error
+ * paths.  tests/unit/test_capi.py parses its lines:
+ *   model <num inputs> <num outputs>
+ *   input|output <i> <name> <dtype> <layout> shape=<d,..> names=<sym|-,..> min=<..> max=<..> step=<..>
+ *   status <what> <code> <message>
+ *   result <i> <dtype> shape=<d,..> nbytes=<n> sum=<sum of the float32 values>
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forgekit_runtime.h"
+
+static void print_dims(const char* label, const int64_t* dims, int32_t n) {
+  int32_t i;
+  printf(" %s=", label);
+  for (i = 0; i < n; ++i) printf("%s%lld", i ? "," : "", (long long)dims[i]);
+}
+
+static void describe(const char* kind, const fk_tensor_info* t, int index) {
+  int32_t i;
+  printf("%s %d %s %s %s", kind, index, t->name, t->dtype, t->layout[0] ? t->layout : "-");
+  print_dims("shape", t->shape, t->ndim);
+  printf(" names=");
+  for (i = 0; i < t->ndim; ++i) printf("%s%s", i ? "," : "", t->dim_names[i] ? t->dim_names[i] : "-");
+  print_dims("min", t->dim_min, t->ndim);
+  print_dims("max", t->dim_max, t->ndim);
+  print_dims("step", t->dim_step, t->ndim);
+  printf("\n");
+}
+
+static size_t item_size(const char* dtype) {
+  if (strstr(dtype, "64")) return 8;
+  if (strstr(dtype, "32")) return 4;
+  if (strstr(dtype, "16")) return 2;
+  return 1;
+}
+
+int main(int argc, char** argv) {
+  char errbuf[512];
+  fk_model* model = NULL;
+  fk_tensor_info info;
+  fk_tensor out;
+  int i, n_in, n_out, status;
+  if (argc < 2) {
+    fprintf(stderr, "usage: capi_check ARTIFACT [KEY PASSWORD]\n");
+    return 2;
+  }
+  status = fk_open(argv[1], argc > 2 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL, &model, errbuf, sizeof errbuf);
+  if (status != FK_OK) {
+    printf("status open %d %s\n", status, errbuf);
+    return status;
+  }
+  n_in = fk_num_inputs(model);
+  n_out = fk_num_outputs(model);
+  printf("model %d %d\n", n_in, n_out);
+  for (i = 0; i < n_in; ++i) {
+    fk_input_info(model, i, &info);
+    describe("input", &info, i);
+  }
+  for (i = 0; i < n_out; ++i) {
+    fk_output_info(model, i, &info);
+    describe("output", &info, i);
+  }
+  /* each status is taken before fk_last_error() is read: C leaves the order of arguments unspecified */
+  status = fk_input_info(model, n_in, &info);
+  printf("status bad-index %d %s\n", status, fk_last_error());
+  status = fk_get_output(model, 0, &out);
+  printf("status no-run %d %s\n", status, fk_last_error());
+  status = fk_run(model);
+  printf("status not-set %d %s\n", status, fk_last_error());
+  for (i = 0; i < n_in; ++i) {
+    int64_t shape[16];
+    size_t count = 1;
+    int32_t d;
+    void* zeros;
+    fk_input_info(model, i, &info);
+    for (d = 0; d < info.ndim && d < 16; ++d) {
+      shape[d] = info.shape[d] >= 0 ? info.shape[d] : info.dim_min[d];
+      count *= (size_t)shape[d];
+    }
+    if (i == 0) {
+      status = fk_set_input(model, i, NULL, "complex128", shape, info.ndim);
+      printf("status dtype %d %s\n", status, fk_last_error());
+    }
+    zeros = calloc(count ? count : 1, item_size(info.dtype));
+    status = fk_set_input(model, i, zeros, info.dtype, shape, info.ndim);
+    free(zeros);
+    if (status != FK_OK) {
+      printf("status set %d %s\n", status, fk_last_error());
+      return status;
+    }
+  }
+  status = fk_run(model);
+  printf("status run %d %s\n", status, fk_last_error());
+  for (i = 0; status == FK_OK && fk_get_output(model, i, &out) == FK_OK; ++i) {
+    double sum = 0;
+    size_t k;
+    if (strcmp(out.dtype, "float32") == 0) {
+      for (k = 0; k < out.nbytes / 4; ++k) sum += ((const float*)out.data)[k];
+    }
+    printf("result %d %s", i, out.dtype);
+    print_dims("shape", out.shape, out.ndim);
+    printf(" nbytes=%zu sum=%g\n", out.nbytes, sum);
+  }
+  fk_close(model);
+  return status;
+}
