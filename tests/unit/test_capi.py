@@ -1,0 +1,214 @@
+"""The C runtime (runtime/: libforgekit_runtime.so, forgekit-run), built here with g++ against the wheel's TVM
+runtime by forgekit.deploy.capi, run as real processes on real artifacts and compared with onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import ort_run
+from forgekit.deploy.capi import SOURCE_DIR, build_capi, build_program
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the C runtime")
+
+TOL = 1e-5
+PASSWORD = "correct horse battery"
+
+
+def dynamic_model() -> onnx.ModelProto:
+    """x: float32 [N, 4], ids: int64 [N] -> (2 * x, ids + 1): two inputs sharing a dynamic dim, an int64 output."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["y"]), helper.make_node("Add", ["ids", "one"], ["next"])], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("next", TensorProto.INT64, ["N"])],
+        initializer=[numpy_helper.from_array(np.array(2, np.float32), "two"),
+                     numpy_helper.from_array(np.array(1, np.int64), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture(scope="module")
+def capi(tmp_path_factory):
+    return build_capi(tmp_path_factory.mktemp("capi"))
+
+
+@pytest.fixture(scope="module")
+def dynamic_artifact(tmp_path_factory) -> Path:
+    import forgekit
+
+    out = tmp_path_factory.mktemp("capi_dyn") / "dyn"
+    forgekit.from_onnx(dynamic_model(), {"x": ["N", 4], "ids": ["N"]}, dynamic={"N": "1..8"}).compile(
+        target="host", output_path=out)
+    return out
+
+
+def run(capi, artifact, *inputs: Path, out: Path, env: dict[str, str] | None = None, extra=()):
+    return subprocess.run([str(capi.program), str(artifact), *[a for i in inputs for a in ("-i", str(i))], "-o",
+                           str(out), *extra], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def save(tmp_path: Path, name: str, array: np.ndarray) -> Path:
+    np.save(tmp_path / name, array)
+    return tmp_path / name
+
+
+def test_forgekit_run_matches_onnxruntime(capi, convnet_compiled, convnet_path, convnet_input, tmp_path) -> None:
+    done = run(capi, convnet_compiled, save(tmp_path, "in.npy", convnet_input), out=tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "probs: 2x10 float32" in done.stdout
+    got = np.load(tmp_path / "out" / "probs.npy")
+    expected = ort_run(onnx.load(convnet_path), {"input": convnet_input})[0]
+    assert got.dtype == np.float32 and got.shape == (2, 10)
+    np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
+    from forgekit.runtime import Engine  # the same library through the Python runtime: the same bits
+
+    np.testing.assert_array_equal(got, Engine(convnet_compiled).infer(convnet_input)[0])
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_dynamic_dims_int64_and_inputs_by_name(capi, dynamic_artifact, tmp_path, n) -> None:
+    x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+    ids = np.arange(n, dtype=np.int64) * 7
+    done = run(capi, dynamic_artifact, f"ids={save(tmp_path, 'ids.npy', ids)}", save(tmp_path, "x.npy", x),
+               out=tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    y, nxt = ort_run(dynamic_model(), {"x": x, "ids": ids})
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), y, rtol=TOL, atol=TOL)
+    got = np.load(tmp_path / "out" / "next.npy")
+    assert got.dtype == np.int64 and got.shape == (n,)
+    np.testing.assert_array_equal(got, nxt)
+
+
+def check_lines(capi, artifact, *args: str) -> tuple[int, list[list[str]]]:
+    program = build_program(SOURCE_DIR / "tests" / "capi_check.c", capi)  # compiled as C99: the header is C
+    done = subprocess.run([str(program), str(artifact), *args], capture_output=True, text=True, timeout=60)
+    return done.returncode, [line.split(" ", 3) if line.startswith("status") else line.split()
+                             for line in done.stdout.splitlines()]
+
+
+def test_info_queries_and_c_api_errors(capi, convnet_compiled, dynamic_artifact) -> None:
+    code, lines = check_lines(capi, convnet_compiled)
+    assert code == 0
+    assert lines[0] == ["model", "1", "1"]
+    assert lines[1] == ["input", "0", "input", "float32", "NCHW", "shape=2,3,16,16", "names=-,-,-,-",
+                        "min=2,3,16,16", "max=2,3,16,16", "step=1,1,1,1"]
+    assert lines[2][:6] == ["output", "0", "probs", "float32", "-", "shape=2,10"]  # layout: 4-d tensors only
+    status = {line[1]: (int(line[2]), line[3] if len(line) > 3 else "") for line in lines if line[0] == "status"}
+    assert status["bad-index"] == (2, "input index 1 is out of range: the model has 1.")
+    assert status["no-run"] == (2, "No outputs yet: call fk_run first.")
+    assert status["not-set"][0] == 9 and "Input 'input' was not set" in status["not-set"][1]
+    assert status["dtype"] == (9, "Input 'input' has dtype complex128; the model expects float32.")
+    assert status["run"] == (0, "")
+    result = [line for line in lines if line[0] == "result"]
+    # zeros in: every logit is fc_b, the softmax of each row sums to 1
+    assert result == [["result", "0", "float32", "shape=2,10", "nbytes=80", "sum=2"]]
+
+    code, lines = check_lines(capi, dynamic_artifact)
+    assert code == 0
+    assert lines[1] == ["input", "0", "x", "float32", "-", "shape=-1,4", "names=N,-", "min=1,4", "max=8,4",
+                        "step=1,1"]
+    assert lines[2] == ["input", "1", "ids", "int64", "-", "shape=-1", "names=N", "min=1", "max=8", "step=1"]
+    assert ["result", "1", "int64", "shape=1", "nbytes=8", "sum=0"] in lines  # N at its smallest served size
+
+
+def test_cpp_wrapper_readme_example(capi, convnet_compiled, convnet_path) -> None:
+    program = build_program(SOURCE_DIR / "examples" / "minimal.cc", capi)
+    done = subprocess.run([str(program), str(convnet_compiled)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    expected = ort_run(onnx.load(convnet_path), {"input": np.full((2, 3, 16, 16), 0.5, np.float32)})[0]
+    assert done.stdout.startswith("input -> probs[0] = ")
+    assert float(done.stdout.split("= ")[1]) == pytest.approx(float(expected[0, 0]), rel=1e-5)
+
+
+def test_errors_are_one_line_with_forgekit_exit_codes(capi, convnet_compiled, dynamic_artifact, tmp_path) -> None:
+    good = save(tmp_path, "good.npy", np.zeros((2, 3, 16, 16), np.float32))
+    cases = [
+        (run(capi, tmp_path / "missing", good, out=tmp_path / "o"), 7, "does not exist"),
+        (run(capi, convnet_compiled, save(tmp_path, "b.npy", np.zeros((1, 3, 16, 16), np.float32)),
+             out=tmp_path / "o"), 9,
+         "Input 'input' has shape 1x3x16x16; the model expects 2x3x16x16 (dimension 0 must be 2)"),
+        (run(capi, convnet_compiled, save(tmp_path, "d.npy", np.zeros((2, 3, 16, 16))), out=tmp_path / "o"), 9,
+         "has dtype float64; the model expects float32"),
+        (run(capi, convnet_compiled, good, good, out=tmp_path / "o"), 9, "takes 1 input(s) (input), got 2"),
+        (run(capi, convnet_compiled, tmp_path / "none.npy", out=tmp_path / "o"), 9, "cannot be read"),
+        (run(capi, dynamic_artifact, save(tmp_path, "x9.npy", np.zeros((9, 4), np.float32)),
+             save(tmp_path, "i9.npy", np.zeros(9, np.int64)), out=tmp_path / "o"), 9, "serves N from 1 to 8"),
+        (run(capi, dynamic_artifact, save(tmp_path, "x2.npy", np.zeros((2, 4), np.float32)),
+             save(tmp_path, "i3.npy", np.zeros(3, np.int64)), out=tmp_path / "o"), 9,
+         "Input 'ids' has N=3 but input 'x' has N=2"),
+        (run(capi, convnet_compiled, good, out=tmp_path / "o", extra=["--bogus"]), 2, "unexpected argument '--bogus'"),
+    ]
+    for done, code, message in cases:
+        assert done.returncode == code, done.stderr
+        assert done.stderr.count("\n") == 1 and message in done.stderr and "forgekit-run: error: " in done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_incompatible_artifact_refused_before_loading(capi, convnet_compiled, tmp_path) -> None:
+    from forgekit.runtime.cpu import host_features
+
+    copy = shutil.copytree(convnet_compiled, tmp_path / "a")
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta["build"]["arch"] = "aarch64"
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    done = run(capi, copy, tmp_path / "x.npy", out=tmp_path / "o")
+    assert done.returncode == 16 and "is an aarch64 library and this machine is x86_64" in done.stderr
+    lacking = [f for f in ("avx512fp16", "avxvnni", "avx512vp2intersect", "fma4", "xop", "avx512bf16")
+               if f not in host_features()]
+    meta["build"]["arch"], meta["build"]["cpu_features"] = "x86_64", ["sse2", lacking[0]]
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    done = run(capi, copy, tmp_path / "x.npy", out=tmp_path / "o")
+    assert done.returncode == 16 and f"this CPU lacks {lacking[0]}" in done.stderr
+
+
+def test_encrypted_artifact_decrypted_in_memory(capi, convnet_compiled, convnet_input, tmp_path) -> None:
+    from forgekit.artifact.encryption import encrypt_artifact
+
+    sealed = shutil.copytree(convnet_compiled, tmp_path / "sealed")
+    key = encrypt_artifact(sealed, PASSWORD)
+    x = save(tmp_path, "x.npy", convnet_input)
+    if not capi.encryption:  # built without OpenSSL (no libssl-dev): refused in one line
+        done = run(capi, sealed, x, out=tmp_path / "out", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
+        assert done.returncode == 12 and "built without OpenSSL" in done.stderr
+        return
+    plain = run(capi, convnet_compiled, x, out=tmp_path / "plain")
+    done = run(capi, sealed, x, out=tmp_path / "out", env={"MODEL_PW": PASSWORD},
+               extra=["--key", str(key), "--password-env", "MODEL_PW"])
+    assert plain.returncode == 0 and done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "probs.npy"), np.load(tmp_path / "plain" / "probs.npy"))
+    default_key = run(capi, sealed, x, out=tmp_path / "out", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
+    assert default_key.returncode == 0, default_key.stderr  # modelKey.bin next to the library, the default variable
+
+    env = {k: v for k, v in os.environ.items() if k != "FORGEKIT_ENCRYPT_PASSWORD"}
+    no_password = subprocess.run([str(capi.program), str(sealed), "-i", str(x), "-o", str(tmp_path / "o")],
+                                 capture_output=True, text=True, env=env, timeout=60)
+    assert no_password.returncode == 11 and "no key provided" in no_password.stderr
+    wrong = run(capi, sealed, x, out=tmp_path / "o", env={"FORGEKIT_ENCRYPT_PASSWORD": "not the password"})
+    assert wrong.returncode == 11 and "Wrong password for key file" in wrong.stderr
+    data = bytearray((sealed / "model_library.so").read_bytes())
+    data[-40] ^= 1  # one ciphertext bit of the last chunk
+    (sealed / "model_library.so").write_bytes(bytes(data))
+    tampered = run(capi, sealed, x, out=tmp_path / "o", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
+    assert tampered.returncode == 11 and "fails authentication" in tampered.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_build_is_cached_by_source_hash(capi, tmp_path) -> None:
+    again = build_capi(capi.directory.parent)
+    assert again == capi and again.library.stat().st_mtime == capi.library.stat().st_mtime
+    source = shutil.copytree(SOURCE_DIR, tmp_path / "runtime", ignore=shutil.ignore_patterns("build*"))
+    (source / "src" / "metadata.cc").write_text((source / "src" / "metadata.cc").read_text() + "\n// changed\n")
+    changed = build_capi(capi.directory.parent, source_dir=source, encryption=False)
+    assert changed.directory != capi.directory and changed.library.is_file() and not changed.encryption
