@@ -130,6 +130,11 @@ def test_cpp_wrapper_readme_example(capi, convnet_compiled, convnet_path) -> Non
     expected = ort_run(onnx.load(convnet_path), {"input": np.full((2, 3, 16, 16), 0.5, np.float32)})[0]
     assert done.stdout.startswith("input -> probs[0] = ")
     assert float(done.stdout.split("= ")[1]) == pytest.approx(float(expected[0, 0]), rel=1e-5)
+    readme = (SOURCE_DIR.parent / "README.md").read_text()
+    block = readme[readme.index("```cpp\n", readme.index("## C API")):]
+    example = [line.split("//")[0].strip() for line in block[7:block.index("```", 7)].splitlines()]
+    code = {line.split("//")[0].strip() for line in (SOURCE_DIR / "examples" / "minimal.cc").read_text().splitlines()}
+    assert len(example) >= 7 and set(example) <= code  # the README shows what this test ran
 
 
 def test_errors_are_one_line_with_forgekit_exit_codes(capi, convnet_compiled, dynamic_artifact, tmp_path) -> None:
