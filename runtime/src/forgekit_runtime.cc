@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
@@ -136,7 +137,7 @@ struct fk_model {
   tvm::ffi::Module library{tvm::ffi::UnsafeInit()};  // keeps the code loaded as long as the VM lives
   tvm::ffi::Module vm{tvm::ffi::UnsafeInit()};
   tvm::ffi::Function main;
-  std::vector<tvm::ffi::Optional<tvm::ffi::Tensor>> inputs;
+  std::vector<std::optional<tvm::ffi::Tensor>> inputs;  // std::optional: value() is a reference, not a copy
   std::vector<tvm::ffi::Tensor> outputs;
   std::vector<std::vector<int64_t>> output_shapes;
 };
@@ -169,7 +170,8 @@ void Open(const std::string& path, const char* key_file, const char* password, f
     throw Failure(FK_ERR_ARTIFACT, "Artifact '" + path + "' does not exist: compile one with 'forgekit compile'.");
   }
   bool is_dir = S_ISDIR(st.st_mode);
-  std::string dir = is_dir ? path : (path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/')));
+  size_t slash = path.rfind('/');
+  std::string dir = is_dir ? path : slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   std::string library = is_dir ? JoinPath(path, "model_library.so") : path;
   if (!FileExists(library)) {
     throw Failure(FK_ERR_ARTIFACT, "'" + path + "' has no model_library.so: is it a forgekit artifact directory?");
@@ -324,8 +326,11 @@ int fk_set_input(fk_model* model, int index, const void* data, const char* dtype
     }
     const forgekit::DtypeName* type = forgekit::FindDtype(dtype);
     if (!type) throw Failure(FK_ERR_USAGE, std::string("Unknown dtype '") + dtype + "'.");
-    tvm::ffi::Optional<tvm::ffi::Tensor>& slot = model->inputs[index];
-    if (!slot.has_value() || std::vector<int64_t>(slot.value().shape().begin(), slot.value().shape().end()) != got) {
+    std::optional<tvm::ffi::Tensor>& slot = model->inputs[index];
+    // A fresh buffer unless this input's own one fits and nothing else holds it: an output of the last run
+    // may alias an input (an identity model), and it must stay as fk_get_output returned it.
+    if (!slot.has_value() || !slot.value().unique() ||
+        std::vector<int64_t>(slot.value().shape().begin(), slot.value().shape().end()) != got) {
       slot = tvm::ffi::Tensor::FromNDAlloc(forgekit::AlignedAlloc(), tvm::ffi::ShapeView(got.data(), got.size()),
                                            type->type, DLDevice{kDLCPU, 0});
       if (!slot.value().data_ptr()) throw Failure(FK_ERR_RUNTIME, name + ": out of memory.");

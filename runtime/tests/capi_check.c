@@ -4,7 +4,7 @@
  * paths.  tests/unit/test_capi.py parses its lines:
  *   model <num inputs> <num outputs>
  *   input|output <i> <name> <dtype> <layout> shape=<d,..> names=<sym|-,..> min=<..> max=<..> step=<..>
- *   status <what> <code> <message>
+ *   status <what> <code> <message>   (bad-index, no-run, not-set, dtype, run, reopen)
  *   result <i> <dtype> shape=<d,..> nbytes=<n> sum=<sum of the float32 values>
  */
 #include <stdio.h>
@@ -36,6 +36,28 @@ static size_t item_size(const char* dtype) {
   if (strstr(dtype, "32")) return 4;
   if (strstr(dtype, "16")) return 2;
   return 1;
+}
+
+/* Set every input to zeros (dynamic dims at their smallest served size) and run. */
+static int run_zeros(fk_model* model) {
+  fk_tensor_info info;
+  int i, status;
+  for (i = 0; i < fk_num_inputs(model); ++i) {
+    int64_t shape[16];
+    size_t count = 1;
+    int32_t d;
+    void* zeros;
+    fk_input_info(model, i, &info);
+    for (d = 0; d < info.ndim && d < 16; ++d) {
+      shape[d] = info.shape[d] >= 0 ? info.shape[d] : info.dim_min[d];
+      count *= (size_t)shape[d];
+    }
+    zeros = calloc(count ? count : 1, item_size(info.dtype));
+    status = fk_set_input(model, i, zeros, info.dtype, shape, info.ndim);
+    free(zeros);
+    if (status != FK_OK) return status;
+  }
+  return fk_run(model);
 }
 
 int main(int argc, char** argv) {
@@ -71,29 +93,12 @@ int main(int argc, char** argv) {
   printf("status no-run %d %s\n", status, fk_last_error());
   status = fk_run(model);
   printf("status not-set %d %s\n", status, fk_last_error());
-  for (i = 0; i < n_in; ++i) {
-    int64_t shape[16];
-    size_t count = 1;
-    int32_t d;
-    void* zeros;
-    fk_input_info(model, i, &info);
-    for (d = 0; d < info.ndim && d < 16; ++d) {
-      shape[d] = info.shape[d] >= 0 ? info.shape[d] : info.dim_min[d];
-      count *= (size_t)shape[d];
-    }
-    if (i == 0) {
-      status = fk_set_input(model, i, NULL, "complex128", shape, info.ndim);
-      printf("status dtype %d %s\n", status, fk_last_error());
-    }
-    zeros = calloc(count ? count : 1, item_size(info.dtype));
-    status = fk_set_input(model, i, zeros, info.dtype, shape, info.ndim);
-    free(zeros);
-    if (status != FK_OK) {
-      printf("status set %d %s\n", status, fk_last_error());
-      return status;
-    }
+  if (n_in > 0) {
+    fk_input_info(model, 0, &info);
+    status = fk_set_input(model, 0, NULL, "complex128", info.shape, info.ndim);
+    printf("status dtype %d %s\n", status, fk_last_error());
   }
-  status = fk_run(model);
+  status = run_zeros(model);
   printf("status run %d %s\n", status, fk_last_error());
   for (i = 0; status == FK_OK && fk_get_output(model, i, &out) == FK_OK; ++i) {
     double sum = 0;
@@ -106,5 +111,17 @@ int main(int argc, char** argv) {
     printf(" nbytes=%zu sum=%g\n", out.nbytes, sum);
   }
   fk_close(model);
+  /* two handles at once, opened after the first was closed: the library is loaded again (for an encrypted
+     artifact through another memfd path) and both run */
+  if (status == FK_OK) {
+    fk_model* pair[2] = {NULL, NULL};
+    for (i = 0; i < 2 && status == FK_OK; ++i) {
+      status = fk_open(argv[1], argc > 2 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL, &pair[i], errbuf, sizeof errbuf);
+    }
+    for (i = 0; i < 2 && status == FK_OK; ++i) status = run_zeros(pair[i]);
+    printf("status reopen %d %s\n", status, fk_last_error());
+    fk_close(pair[0]);
+    fk_close(pair[1]);
+  }
   return status;
 }

@@ -111,6 +111,7 @@ def test_info_queries_and_c_api_errors(capi, convnet_compiled, dynamic_artifact)
     assert status["not-set"][0] == 9 and "Input 'input' was not set" in status["not-set"][1]
     assert status["dtype"] == (9, "Input 'input' has dtype complex128; the model expects float32.")
     assert status["run"] == (0, "")
+    assert status["reopen"] == (0, "")  # closed, then two handles of the model at once
     result = [line for line in lines if line[0] == "result"]
     # zeros in: every logit is fc_b, the softmax of each row sums to 1
     assert result == [["result", "0", "float32", "shape=2,10", "nbytes=80", "sum=2"]]
@@ -195,6 +196,8 @@ def test_encrypted_artifact_decrypted_in_memory(capi, convnet_compiled, convnet_
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "probs.npy"), np.load(tmp_path / "plain" / "probs.npy"))
     default_key = run(capi, sealed, x, out=tmp_path / "out", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
     assert default_key.returncode == 0, default_key.stderr  # modelKey.bin next to the library, the default variable
+    code, lines = check_lines(capi, sealed, str(key), PASSWORD)  # fk_open's key and password arguments
+    assert code == 0 and ["status", "reopen", "0", ""] in [line + [""] * (4 - len(line)) for line in lines]
 
     env = {k: v for k, v in os.environ.items() if k != "FORGEKIT_ENCRYPT_PASSWORD"}
     no_password = subprocess.run([str(capi.program), str(sealed), "-i", str(x), "-o", str(tmp_path / "o")],
@@ -208,6 +211,32 @@ def test_encrypted_artifact_decrypted_in_memory(capi, convnet_compiled, convnet_
     tampered = run(capi, sealed, x, out=tmp_path / "o", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
     assert tampered.returncode == 11 and "fails authentication" in tampered.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_portable_artifact_runs_its_best_level(capi, tmp_path) -> None:
+    """The default target (x86-64) ships one library per level; the C runtime picks the one Engine picks, and
+    FORGEKIT_LEVEL forces another, also when the levels are encrypted."""
+    import forgekit
+    from forgekit.artifact.encryption import encrypt_artifact
+    from forgekit.runtime import Engine
+
+    from conftest import make_two_output_model
+
+    artifact = tmp_path / "portable"
+    forgekit.from_onnx(make_two_output_model(), {"a": [2, 4], "b": [2, 4]}).compile(output_path=artifact)
+    a, b = (np.random.default_rng(s).standard_normal((2, 4)).astype(np.float32) for s in (1, 2))
+    inputs = (save(tmp_path, "a.npy", a), save(tmp_path, "b.npy", b))
+    done = run(capi, artifact, *inputs, out=tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert f"level: {Engine(artifact).level}" in done.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "prod.npy"), a * b)
+    encrypt_artifact(artifact, PASSWORD)
+    forced = run(capi, artifact, *inputs, out=tmp_path / "v2",
+                 env={"FORGEKIT_LEVEL": "x86-64-v2", "FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
+    assert forced.returncode == 0 and "level: x86-64-v2" in forced.stdout, forced.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "v2" / "sum.npy"), a + b)
+    unknown = run(capi, artifact, *inputs, out=tmp_path / "o", env={"FORGEKIT_LEVEL": "v9"})
+    assert unknown.returncode == 16 and "FORGEKIT_LEVEL=v9 is not a level" in unknown.stderr
 
 
 def test_build_is_cached_by_source_hash(capi, tmp_path) -> None:
