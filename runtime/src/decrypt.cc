@@ -106,8 +106,8 @@ struct Body {
   }
 };
 
-// Magic, version, body length and body of a library header or key file (its first 14 + L bytes).
-Body ReadPrefix(const Bytes& data, const unsigned char* magic, const std::string& what, const std::string& path,
+// Magic, version and body length of a library header or key file; *end: the end of its JSON body.
+void ReadPrefix(const Bytes& data, const unsigned char* magic, const std::string& what, const std::string& path,
                 uint32_t max_json, size_t* end) {
   if (data.size() < 8 || std::memcmp(data.data(), magic, 8) != 0) {
     throw Failure(FK_ERR_ENCRYPTION, "'" + path + "' is not " + (magic == kKeyMagic ? "a forgekit key file" :
@@ -123,8 +123,12 @@ Body ReadPrefix(const Bytes& data, const unsigned char* magic, const std::string
   if (length < 2 || length > max_json) throw Corrupt(what, path, "header length out of range");
   if (data.size() < 14 + size_t(length)) throw Corrupt(what, path, "truncated header");
   *end = 14 + length;
+}
+
+// The JSON body (parsed only after its checksum matched: damage is reported as damage, not as bad JSON).
+Body ParseBody(const Bytes& data, size_t end, const std::string& what, const std::string& path) {
   tvm::ffi::String error;
-  std::string text(reinterpret_cast<const char*>(&data[14]), length);
+  std::string text(reinterpret_cast<const char*>(&data[14]), end - 14);
   Body body{json::Parse(tvm::ffi::String(text), &error), what, path};
   if (!error.empty() || !body.root.try_cast<json::Object>()) throw Corrupt(what, path, "header is not a JSON object");
   return body;
@@ -170,11 +174,12 @@ Header ReadHeader(const std::string& path, int fd) {
   ssize_t got = pread(fd, data.data(), data.size(), 0);
   data.resize(got > 0 ? size_t(got) : 0);
   size_t end = 0;
-  Body body = ReadPrefix(data, kLibMagic, what, path, 65536, &end);
+  ReadPrefix(data, kLibMagic, what, path, 65536, &end);
   if (data.size() < end + 32) throw Corrupt(what, path, "truncated header");
   Header h;
   h.digest = Sha256(data.data(), end);
   if (std::memcmp(h.digest.data(), &data[end], 32) != 0) throw Corrupt(what, path, "header checksum mismatch");
+  Body body = ParseBody(data, end, what, path);
   if (body.Str("cipher") != "AES-256-GCM") throw Corrupt(what, path, "unknown cipher");
   h.uuid = body.Str("uuid");
   h.fingerprint = body.Str("fingerprint");
@@ -199,13 +204,14 @@ Bytes UnwrapKey(const Header& h, const std::string& lib, const std::string& key_
                         "Key file '" + key_path + "' does not exist: pass the modelKey.bin written when the model "
                         "was encrypted.");
   size_t end = 0;
-  Body body = ReadPrefix(data, kKeyMagic, what, key_path, 16384, &end);
+  ReadPrefix(data, kKeyMagic, what, key_path, 16384, &end);
   if (data.size() != end + 12 + 48 + 32) {
     throw Corrupt(what, key_path, data.size() < end + 92 ? "truncated" : "trailing bytes");
   }
   if (Sha256(data.data(), data.size() - 32) != Bytes(data.end() - 32, data.end())) {
     throw Corrupt(what, key_path, "checksum mismatch");
   }
+  Body body = ParseBody(data, end, what, key_path);
   if (body.Str("kdf") != "scrypt" || body.Str("wrap") != "AES-256-GCM") {
     throw Corrupt(what, key_path, "unknown algorithms");
   }

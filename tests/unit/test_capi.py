@@ -205,11 +205,14 @@ def test_encrypted_artifact_decrypted_in_memory(capi, convnet_compiled, convnet_
     assert no_password.returncode == 11 and "no key provided" in no_password.stderr
     wrong = run(capi, sealed, x, out=tmp_path / "o", env={"FORGEKIT_ENCRYPT_PASSWORD": "not the password"})
     assert wrong.returncode == 11 and "Wrong password for key file" in wrong.stderr
-    data = bytearray((sealed / "model_library.so").read_bytes())
-    data[-40] ^= 1  # one ciphertext bit of the last chunk
-    (sealed / "model_library.so").write_bytes(bytes(data))
-    tampered = run(capi, sealed, x, out=tmp_path / "o", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
-    assert tampered.returncode == 11 and "fails authentication" in tampered.stderr
+    original = (sealed / "model_library.so").read_bytes()
+    for offset, message in ((-40, "fails authentication"),  # one ciphertext bit of the last chunk
+                            (30, "header checksum mismatch")):  # one bit of the header's JSON
+        data = bytearray(original)
+        data[offset] ^= 1
+        (sealed / "model_library.so").write_bytes(bytes(data))
+        tampered = run(capi, sealed, x, out=tmp_path / "o", env={"FORGEKIT_ENCRYPT_PASSWORD": PASSWORD})
+        assert tampered.returncode == 11 and message in tampered.stderr, tampered.stderr
     assert not (tmp_path / "o").exists()
 
 
