@@ -96,6 +96,8 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
     if tuning is not None and not scheduled:
         raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {first.name} at level {opt_level}): "
                          "drop --tune-trials or change the target/level.")
+    if precision == "bfloat16":
+        check_bf16(specs, opt_level, scheduled)
     report = report or BuildReport(opt_level)
     passes = graph_passes(opt_level, precision=precision, layout=layout)
     report.passes = [p.info.name for p in passes] + (["forgekit.CpuSchedules"] if scheduled else [])
@@ -110,7 +112,7 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
                 label = labels[index] if labels else spec.name
                 progress.report(f"lowering for {label}" + (f" ({index + 1} of {len(specs)})" if len(specs) > 1 else ""))
                 executables.append(_lower(mod, spec, opt_level, report, tuning if index == tuned else None,
-                                          rules=index == 0))
+                                          rules=index == 0, bf16=precision == "bfloat16"))
     except ForgekitError:
         raise
     except Exception as exc:
@@ -119,8 +121,19 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
     return executables
 
 
+def check_bf16(specs: list[TargetSpec], opt_level: int, scheduled: bool) -> None:
+    """bf16 is a kernel of forgekit's CPU schedules (opt level 3-4) for targets with AVX512_BF16: one line
+    otherwise, before any work."""
+    if not scheduled:
+        raise UsageError(f"bf16 needs a CPU target at opt level 3 or 4 (got {specs[0].name} at level {opt_level}).")
+    from .backends.cpu.bf16 import check_target
+
+    for spec in specs:
+        check_target(tvm_target_for(spec, opt_level), spec.name)
+
+
 def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuning: TuningSetup | None,
-           rules: bool) -> Any:
+           rules: bool, bf16: bool = False) -> Any:
     """The backend's lowering pipeline and codegen of a graph-optimised module for one target."""
     import tvm
 
@@ -134,7 +147,8 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
         STATS.clear()
         FLOPS.clear()
     database = _tune(mod, target, tuning, report) if tuning is not None else None
-    pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database)
+    pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database,
+                                  bf16=bf16)
     start = time.perf_counter()
     with target, _device_compiler(spec, opt_level):
         executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)

@@ -23,7 +23,9 @@ from .runtime.cpu import host_arch
 DEFAULT_TARGET = {"x86_64": "x86-64", "aarch64": "arm/aarch64"}.get(host_arch(), "host")
 DEFAULT_OUTPUT = "./compile_output"
 OPT_LEVELS = (0, 1, 2, 3, 4)
-PRECISIONS = ("float32", "float16")
+PRECISIONS = ("float32", "float16", "bfloat16")
+#: the CLI's --precision spellings -> PRECISIONS
+PRECISION_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", **{p: p for p in PRECISIONS}}
 #: ``set_channel_layout`` spellings -> "first" (NCHW, what ONNX has) or "last" (NHWC)
 LAYOUTS = {"first": "first", "nchw": "first", "last": "last", "nhwc": "last"}
 ACTIVATION_DTYPES = ("int8", "uint8")
@@ -105,14 +107,17 @@ class CompileOptions:
         object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs if p))
 
     @classmethod
-    def from_forge(cls, *, set_float16: bool = False, set_channel_layout: str | None = None,
+    def from_forge(cls, *, set_float16: bool = False, set_bfloat16: bool = False, set_channel_layout: str | None = None,
                    export_relay: bool = False, force_overwrite: bool = False, tuning_trials: int | None = None,
                    records: Any = None, tuning_rpc: Any = None, **kwargs: Any) -> CompileOptions:
         """Options from Forge's ``compile`` keyword names (``set_float16``, ``force_overwrite``...)."""
         if tuning_trials is None and tuning_rpc is not None:
             raise UsageError("An RPC device for tuning was given without tuning: add --tune-trials N.")
         tuning = None if tuning_trials is None else TuneOptions(trials=tuning_trials, records=records, rpc=tuning_rpc)
-        return cls(precision="float16" if set_float16 else "float32", layout=set_channel_layout,
+        if set_float16 and set_bfloat16:
+            raise UsageError("set_float16 and set_bfloat16 exclude each other: pick one precision.")
+        precision = "float16" if set_float16 else "bfloat16" if set_bfloat16 else "float32"
+        return cls(precision=precision, layout=set_channel_layout,
                    export_ir=export_relay, force=force_overwrite, tuning=tuning, **kwargs)
 
     def with_(self, **changes: Any) -> CompileOptions:

@@ -120,6 +120,7 @@ def variant_entry(level: str | None, path: Path, cpu_features: list[str]) -> dic
 def _metadata_context(spec: TargetSpec, model: ModelDescription, options: CompileOptions, artifact_uuid: str,
                       sha: str, size: int, compile_seconds: float) -> dict[str, Any]:
     float16 = options.precision == "float16"
+    bf16 = options.precision == "bfloat16"  # conv2d/matmul in bf16 (vdpbf16ps), the rest fp32
     return {
         "uuid": artifact_uuid,
         "created": md.created_timestamp(),
@@ -129,7 +130,7 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "source": model.source,
             "hash": model.hash,
             "fingerprint": model.fingerprint,
-            "precision": "float16" if float16 else model.precision,
+            "precision": "float16" if float16 else "bfloat16" if bf16 else model.precision,
             "quantization": model.quantization,  # None unless the model was quantized (forgekit.quantize)
             "layout": "NHWC" if options.layout == "last" else "NCHW",
             "inputs": [t.to_dict() for t in model.inputs],

@@ -126,6 +126,8 @@ def compile(  # noqa: A001 - the verb users type
     opt_level: Annotated[int, typer.Option("--opt-level", "-O", min=0, max=4, metavar="N",
                                            help="Optimization level 0-4.")] = C.opt_level,
     float16: Annotated[bool, typer.Option("--float16", help="Compute conv/matmul in fp16.")] = False,
+    precision: Annotated[str, typer.Option("--precision", metavar="P", help="fp32|bf16|fp16: conv/matmul precision "
+                                           "(bf16: x86 targets with AVX512_BF16).")] = "fp32",
     layout: Annotated[Optional[str], typer.Option("--layout", metavar="L", help="first|last|NCHW|NHWC.")] = None,
     export_ir: Annotated[bool, typer.Option("--export-ir", "--export-relay", help="Also write the IR.")] = False,
     export_metadata: Annotated[bool, typer.Option("--export-metadata", help="Also write compile_report.json.")] = False,
@@ -171,8 +173,13 @@ def compile(  # noqa: A001 - the verb users type
         from ..offload.tidl_driver import check_offload
 
         check_offload(offload, spec.name)
+    precision = _precision(precision, float16)
+    if precision == "bfloat16":  # a target without AVX512_BF16 fails here, before the import
+        from ..build import check_bf16
+
+        check_bf16([spec], opt_level, spec.is_cpu and opt_level >= 3)
     options = CompileOptions(target=spec, output_path=output, opt_level=opt_level,
-                             precision="float16" if float16 else "float32", layout=layout, export_ir=export_ir,
+                             precision=precision, layout=layout, export_ir=export_ir,
                              export_metadata=export_metadata, force=force, uuid=uuid, tuning=tuning, inputs=inputs)
     check_output(output, force=force, kind="artifact", inputs=inputs)
     if encrypt:
@@ -190,6 +197,18 @@ def compile(  # noqa: A001 - the verb users type
 
         for line in offload_artifact(offload, path, spec.name, result.path, parse_shapes(input_shape), calib_data):
             print(line)
+
+
+def _precision(name: str, float16: bool) -> str:
+    """--precision (fp32|bf16|fp16 or the long names) and the older --float16 -> a PRECISIONS value."""
+    from ..options import PRECISION_NAMES
+
+    precision = PRECISION_NAMES.get(name.lower())
+    if precision is None:
+        raise UsageError(f"Unsupported precision '{name}': use fp32, bf16 or fp16.")
+    if float16 and precision not in ("float32", "float16"):
+        raise UsageError(f"--float16 and --precision {name} exclude each other: pick one.")
+    return "float16" if float16 else precision
 
 
 def _summary(model: str, result: Any, opt_level: int) -> None:

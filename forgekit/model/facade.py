@@ -339,7 +339,8 @@ class IRModule(QuantizationMixin, PartitionMixin):
         return infer
 
     def compile(self, target: Any = None, host: Any = None, output_path: Any = DEFAULT_OUTPUT,
-                opt_level: int = 3, set_float16: bool = False, set_channel_layout: str | None = None,
+                opt_level: int = 3, set_float16: bool = False, set_bfloat16: bool = False,
+                set_channel_layout: str | None = None,
                 export_relay: bool = False, export_metadata: bool = False, force_overwrite: bool = False,
                 uuid: str | None = None, encrypt_password: str | None = None, tuning_trials: int | None = None,
                 records: Any = None, tuning_progress: Any = None, tuning_rpc: Any = None) -> Any:
@@ -349,6 +350,7 @@ class IRModule(QuantizationMixin, PartitionMixin):
         :data:`forgekit.options.DEFAULT_TARGET`: portable, ``x86-64`` on x86-64 machines).  ``output_path``
         must not exist (or be empty) unless ``force_overwrite``, which only ever replaces a forgekit artifact.  ``opt_level`` 0-4
         (see :mod:`forgekit.passes`); ``set_float16`` computes conv/matmul in fp16 with fp32 accumulation;
+        ``set_bfloat16`` in bf16 with fp32 accumulation (x86 targets with AVX512_BF16, opt level 3-4);
         ``set_channel_layout="last"`` converts to NHWC; ``export_relay`` also writes the IR as TVMScript,
         ``export_metadata`` a ``compile_report.json``; ``uuid`` is recorded (random by default);
         ``encrypt_password`` encrypts the library (AES-256-GCM, key file ``modelKey.bin``).
@@ -358,9 +360,9 @@ class IRModule(QuantizationMixin, PartitionMixin):
         kwargs: dict[str, Any] = {} if target is None else {"target": target}
         options = CompileOptions.from_forge(
             host=host, output_path=output_path, opt_level=opt_level, set_float16=set_float16,
-            set_channel_layout=set_channel_layout, export_relay=export_relay, export_metadata=export_metadata,
-            force_overwrite=force_overwrite, uuid=uuid, encrypt_password=encrypt_password,
-            tuning_trials=tuning_trials, records=records, tuning_rpc=tuning_rpc,
+            set_bfloat16=set_bfloat16, set_channel_layout=set_channel_layout, export_relay=export_relay,
+            export_metadata=export_metadata, force_overwrite=force_overwrite, uuid=uuid,
+            encrypt_password=encrypt_password, tuning_trials=tuning_trials, records=records, tuning_rpc=tuning_rpc,
             inputs=tuple(self._state.inputs_read), **kwargs)
         return self.compile_with(options, tuning_progress=tuning_progress)
 

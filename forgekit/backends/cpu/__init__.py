@@ -34,8 +34,10 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(_LAZY[name], __name__), name)
 
 
-def _legalize_map(target: Any, fast_math: bool = True, pack_weights: bool = True) -> dict[str, Any]:
+def _legalize_map(target: Any, fast_math: bool = True, pack_weights: bool = True,
+                  bf16: bool = False) -> dict[str, Any]:
     from ...targets.isa import isa_info
+    from .bf16 import make_conv2d_bf16_legalize, make_matmul_bf16_legalize
     from .fast_math import legalize_map
     from .int8 import make_conv2d_int8_legalize, make_matmul_int8_legalize
     from .packed_conv import make_conv2d_legalize, make_matmul_legalize
@@ -46,8 +48,11 @@ def _legalize_map(target: Any, fast_math: bool = True, pack_weights: bool = True
     if pack_weights:
         isa = isa_info(target)
         # integer conv2d/matmul from forgekit.quantize: VNNI / sdot kernels (see int8.py), float ones packed
-        m["relax.nn.conv2d"] = make_conv2d_int8_legalize(target, make_conv2d_legalize(isa))
-        m["relax.matmul"] = make_matmul_int8_legalize(target, make_matmul_legalize(isa))
+        conv, matmul = make_conv2d_legalize(isa), make_matmul_legalize(isa)
+        if bf16:  # fp32 conv2d/matmul with constant weights in bf16 (see bf16.py), the rest as before
+            conv, matmul = make_conv2d_bf16_legalize(target, conv), make_matmul_bf16_legalize(target, matmul)
+        m["relax.nn.conv2d"] = make_conv2d_int8_legalize(target, conv)
+        m["relax.matmul"] = make_matmul_int8_legalize(target, matmul)
     return m
 
 
@@ -69,8 +74,10 @@ def preprocess(use_nhwc: bool = True) -> Any:
     return tvm.transform.Sequential(seq, name="forgekit.CpuPreprocess")
 
 
-def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True) -> list[Any]:
-    """The pipeline up to fused, unscheduled PrimFuncs (what the rules and the tuner see)."""
+def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True,
+                  bf16: bool = False) -> list[Any]:
+    """The pipeline up to fused, unscheduled PrimFuncs (what the rules and the tuner see); ``bf16``: conv2d and
+    matmul in bf16 (:mod:`.bf16`, targets with AVX512_BF16)."""
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
@@ -78,7 +85,7 @@ def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pa
     return [
         *cpu_generic.library_dispatch_passes(target),
         preprocess(use_nhwc),
-        T.LegalizeOps(_legalize_map(target, fast_math, pack_weights)),
+        T.LegalizeOps(_legalize_map(target, fast_math, pack_weights, bf16)),
         T.AnnotateTIROpPattern(),
         T.FoldConstant(),
         T.FuseOps(),
@@ -87,7 +94,7 @@ def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pa
 
 
 def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True,
-                 database: RecordQuery | None = None) -> Any:
+                 database: RecordQuery | None = None, bf16: bool = False) -> Any:
     """A Relax pipeline (a ``tvm.transform.Pass``) for ``tvm.compile(..., relax_pipeline=...)``.
 
     Relax prefix -> legalize + fuse -> schedule rules on every fused PrimFunc (or the best tuning record in
@@ -103,7 +110,7 @@ def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = Tr
     def _pipeline(mod: Any, _ctx: Any) -> Any:
         tgt = target or tvm.target.Target.current(allow_none=False)
         seq = tvm.transform.Sequential([
-            *fusion_passes(tgt, use_nhwc, fast_math, pack_weights),
+            *fusion_passes(tgt, use_nhwc, fast_math, pack_weights, bf16),
             ApplyRules(tgt, database=database),
             serial_when_small(),
             *cpu_generic.dataflow_lower_passes(tgt),

@@ -8,10 +8,11 @@ from .. import int8
 from .conv2d import Conv2DRule
 from .elementwise import ElementwiseRule
 from .fallback import FallbackRule
+from .gemm_bf16 import GemmBf16Rule
 from .gemm_int8 import GemmInt8Rule
 from .matmul import MatmulRule
 from .pool import PoolRule
 from .reduction import ReductionRule
 
-RULES = [GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(), ReductionRule(),
-         ElementwiseRule(), FallbackRule()]
+RULES = [GemmBf16Rule(), GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(),
+         ReductionRule(),         ElementwiseRule(), FallbackRule()]

@@ -1,0 +1,228 @@
+"""bf16 conv2d/matmul for x86 CPUs with AVX512_BF16 (``precision="bfloat16"``): weights and activations
+rounded to bf16, products summed in fp32 by ``vdpbf16ps`` (16 fp32 lanes, each += 2 bf16 x bf16 products:
+2x the multiply-adds of an fp32 FMA), everything else (bias, activations, pooling, softmax...) in fp32.
+
+How the instruction is reached from TVM 0.27, which has no usable bf16 type on CPUs:
+
+* TIR's ``bfloat16`` dtype never reaches LLVM as ``bfloat``: ``BF16ComputeLegalize`` rewrites bf16 values
+  to fp32, ``BF16StorageLegalize`` bf16 buffers to ``uint16``, and with both skipped the LLVM codegen
+  segfaults on a bf16 load.  LLVM >= 17's ``llvm.x86.avx512bf16.dpbf16ps.512`` takes ``<32 x bfloat>``
+  operands, and ``call_llvm_pure_intrin`` neither accepts nor casts to that type.
+* So bf16 values live in ``uint16`` buffers (the top half of the fp32 bit pattern), and the tensor intrinsic
+  calls ``forgekit_dpbf16ps(<16 x float>, <16 x i32>, <16 x i32>)``, a 4-line LLVM IR function that bitcasts
+  to ``<32 x bfloat>`` and calls the instruction.  The schedule rule links it into the kernel with TVM's
+  ``pragma_import_llvm`` loop annotation, which parses the IR, marks it always-inline and links it: one
+  ``vdpbf16ps`` per call, no call left.
+
+The legalizations (same layout as the int8 kernels, :mod:`.int8`):
+
+* weights: fp32 constants rounded to bf16 at compile time and packed ``[OC/16, KH, KW, IC/2, 16, 2]``
+  (matmul ``[N/16, K/2, 16, 2]``), so one 64-byte load feeds one instruction;
+* activations: one prologue stage (``data_bf16``) that pads and rounds to bf16 (round to nearest even, as
+  ``vcvtneps2bf16``), half the bytes of the fp32 input;
+* ``acc[.., oc] += f32(x[.., 2c + i]) * f32(w[oc/16, .., c, oc%16, i])`` with the pair innermost, which
+  :class:`.rules.gemm_bf16.GemmBf16Rule` tensorizes; an fp32 epilogue (channel slice, bias, relu) follows.
+
+Grouped/depthwise convolutions, symbolic shapes and non-constant weights keep the fp32 kernels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from ...errors import TargetError
+from ...targets.isa import isa_info
+from .packed_conv import Legalize, _const_value, _ints, conv_geometry
+
+if TYPE_CHECKING:
+    from ...targets.isa import IsaInfo
+
+LANES = 16      # fp32 accumulator lanes of one vdpbf16ps (zmm)
+RED = 2         # bf16 products summed into one lane by one instruction
+FEATURE = "avx512bf16"  # LLVM's feature name
+PRECISION = "bfloat16"
+INTRIN = "forgekit_dpbf16_16x2"
+#: the instruction behind a type TVM can pass (see the module docstring), linked into each bf16 kernel
+LLVM_IR = """
+define <16 x float> @forgekit_dpbf16ps(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) {
+  %x = bitcast <16 x i32> %a to <32 x bfloat>
+  %y = bitcast <16 x i32> %b to <32 x bfloat>
+  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %x, <32 x bfloat> %y)
+  ret <16 x float> %r
+}
+declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+"""
+
+
+def has_bf16(tinfo: IsaInfo) -> bool:
+    """Whether a target's instruction set has ``vdpbf16ps`` (AVX512_BF16 on a 512-bit x86 target)."""
+    return tinfo.arch == "x86" and tinfo.vec_lanes == LANES and FEATURE in tinfo.features
+
+
+def check_target(target: Any, name: str) -> None:
+    """Refuse (one line, :class:`~forgekit.errors.TargetError`) a bf16 build for a target without AVX512_BF16."""
+    if target is None or str(target.kind.name) != "llvm" or not has_bf16(isa_info(target)):
+        raise TargetError(f"bf16 needs an x86 CPU target with AVX512_BF16 (vdpbf16ps); {name} has none: use "
+                          "-t host on such a CPU (Zen 4, Sapphire Rapids and later) or an llvm target with "
+                          "-mcpu=znver4 / sapphirerapids, or drop --precision bf16.")
+
+
+def to_bf16(x: Any) -> Any:
+    """fp32 -> bf16 bits (``uint16``), rounded to nearest even like ``vcvtneps2bf16`` (NaN payloads aside)."""
+    u = tvm.tirx.reinterpret("uint32", x)
+    one, half = tvm.tirx.const(1, "uint32"), tvm.tirx.const(0x7FFF, "uint32")
+    sixteen = tvm.tirx.const(16, "uint32")
+    return ((u + half + ((u >> sixteen) & one)) >> sixteen).astype("uint16")
+
+
+def from_bf16(u: Any) -> Any:
+    """bf16 bits (``uint16``) -> fp32 (exact)."""
+    return tvm.tirx.reinterpret("float32", u.astype("uint32") << tvm.tirx.const(16, "uint32"))
+
+
+def round_bf16(w: np.ndarray) -> np.ndarray:
+    """numpy fp32 -> bf16 bits (``uint16``), the same rounding as :func:`to_bf16`."""
+    u = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _ceil(a: int, b: int) -> int:
+    return (a + b - 1) // b * b
+
+
+def _eligible(call: Any, w: np.ndarray | None) -> bool:
+    data = call.args[0]
+    return (w is not None and str(w.dtype) == "float32" and str(data.ty.dtype) == "float32"
+            and str(call.attrs.out_dtype) in ("", "None", "void", "float32") and data.ty.shape is not None)
+
+
+def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
+    """conv2d legalization: the bf16 kernel for fp32 NHWC/HWIO convolutions (groups 1, static shapes, constant
+    weights), ``fallback`` otherwise."""
+    enabled = has_bf16(isa_info(target))
+
+    def _legalize(bb: Any, call: Any) -> Any:
+        a = call.attrs
+        w = _const_value(call.args[1])
+        if (not enabled or not _eligible(call, w) or int(a.groups) != 1 or a.data_layout != "NHWC"
+                or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"):
+            return fallback(bb, call)
+        try:
+            n, h, wd, ic = _ints(call.args[0].ty.shape.values)
+        except Exception:  # pylint: disable=broad-except  (symbolic dims: the fp32 kernel rounds them up)
+            return fallback(bb, call)
+        kh, kw, _, oc = w.shape
+        (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
+        icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
+        wpad = np.zeros((kh, kw, icp, ocp), np.uint16)
+        wpad[:, :, :ic, :oc] = round_bf16(w)
+        packed = np.ascontiguousarray(
+            wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
+
+        def f(x: Any, wp: Any) -> Any:
+            def rounded(b: Any, y: Any, xx: Any, c: Any) -> Any:
+                inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
+                v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
+                return tvm.tirx.Select(inside, to_bf16(v), tvm.tirx.const(0, "uint16"))
+            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
+            ry = te.reduce_axis((0, kh), "ry")
+            rx = te.reduce_axis((0, kw), "rx")
+            rc = te.reduce_axis((0, icp // RED), "rc")
+            ri = te.reduce_axis((0, RED), "ri")
+            acc = te.compute(
+                (n, oh, ow, ocp),
+                lambda b, y, xx, ff: te.sum(
+                    from_bf16(xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri])
+                    * from_bf16(wp[ff // LANES, ry, rx, rc, ff % LANES, ri]), axis=[ry, rx, rc, ri]),
+                name="conv2d_nhwc_bf16")
+            if ocp == oc:
+                return acc
+            return te.compute((n, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")
+        return bb.call_te(f, call.args[0], relax.const(packed), primfunc_name_hint="conv2d_bf16")
+    return _legalize
+
+
+def make_matmul_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
+    """matmul legalization: the bf16 kernel for ``x[..., K] @ W[K, N]`` (fp32, constant ``W``, static shapes),
+    ``fallback`` otherwise."""
+    enabled = has_bf16(isa_info(target))
+
+    def _legalize(bb: Any, call: Any) -> Any:
+        x, weight = call.args
+        w = _const_value(weight)
+        if not enabled or not _eligible(call, w) or w.ndim != 2 or len(x.ty.shape.values) < 2:
+            return fallback(bb, call)
+        try:
+            lead = _ints(x.ty.shape.values)[:-1]
+        except Exception:  # pylint: disable=broad-except
+            return fallback(bb, call)
+        k, nn = w.shape
+        kp, npad = _ceil(k, RED), _ceil(nn, LANES)
+        wpad = np.zeros((kp, npad), np.uint16)
+        wpad[:k, :nn] = round_bf16(w)
+        packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // LANES, LANES).transpose(2, 0, 3, 1))
+
+        def f(a: Any, wp: Any) -> Any:
+            def rounded(*i: Any) -> Any:
+                v = to_bf16(a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))])
+                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(0, "uint16"))
+            xs = te.compute((*lead, kp), rounded, name="data_bf16")
+            r = te.reduce_axis((0, kp // RED), "rk")
+            ri = te.reduce_axis((0, RED), "ri")
+            acc = te.compute(
+                (*lead, npad),
+                lambda *i: te.sum(from_bf16(xs[(*i[:-1], r * RED + ri)])
+                                  * from_bf16(wp[i[-1] // LANES, r, i[-1] % LANES, ri]), axis=[r, ri]),
+                name="matmul_bf16")
+            if npad == nn:
+                return acc
+            return te.compute((*lead, nn), lambda *i: acc(*i), name="T_slice_n")
+        return bb.call_te(f, x, relax.const(packed), primfunc_name_hint="matmul_bf16")
+    return _legalize
+
+
+def register_intrin() -> str:
+    """Register ``C[16] += sum_i f32(A[i]) * f32(B[16, i])`` (``i`` < 2; A, B bf16 bits) as one
+    ``forgekit_dpbf16ps`` call with the data pair broadcast to every lane (once); returns its name."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    try:
+        TensorIntrin.get(INTRIN)
+        return INTRIN
+    except Exception:  # pylint: disable=broad-except
+        pass
+
+    def f32(u: Any) -> Any:  # from_bf16, spelled as the tensorized block spells it
+        return T.reinterpret(T.shift_left(T.Cast("uint32", u), T.uint32(16)), dtype="float32")
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((RED,), "uint16", offset_factor=1), B: T.Buffer((LANES, RED), "uint16", offset_factor=1),
+             C: T.Buffer((LANES,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:LANES], A[0:RED], B[0:LANES, 0:RED])
+            T.writes(C[0:LANES])
+            for i in T.serial(0, LANES):
+                for k in T.serial(0, RED):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + f32(A[vk]) * f32(B[vi, vk])
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((RED,), "uint16", offset_factor=1), B: T.Buffer((LANES, RED), "uint16", offset_factor=1),
+             C: T.Buffer((LANES,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:LANES], A[0:RED], B[0:LANES, 0:RED])
+            T.writes(C[0:LANES])
+            # one expression, no temporaries (see int8.register_dot_intrin)
+            C[T.ramp(T.int32(0), 1, LANES)] = T.call_extern(
+                "float32x16", "forgekit_dpbf16ps", C.vload([0], dtype="float32x16"),
+                T.broadcast(T.reinterpret(A.vload([0], "uint16x2"), dtype="int32"), LANES),
+                T.reinterpret(B.vload([0, 0], dtype="uint16x32"), dtype="int32x16"))
+
+    TensorIntrin.register(INTRIN, desc, impl)
+    return INTRIN

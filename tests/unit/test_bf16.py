@@ -1,0 +1,111 @@
+"""bf16 conv2d/matmul (forgekit/backends/cpu/bf16.py): vdpbf16ps in the code, accuracy against fp32
+onnxruntime, metadata, and the one-line refusals.  Runs need a CPU with AVX512_BF16; compiles do not."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import forgekit as forge
+from conftest import ort_run, run_cli
+from forgekit.errors import TargetError, UsageError
+from forgekit.runtime import Engine
+from forgekit.runtime.cpu import host_arch, host_features
+from onnx_models import make_cnn, samples
+
+needs_bf16 = pytest.mark.skipif("avx512bf16" not in host_features(),
+                                reason="this CPU has no AVX512_BF16: bf16 artifacts compile but cannot run here")
+x86_only = pytest.mark.skipif(host_arch() != "x86_64", reason="compiles for an x86-64 target with this machine's linker")
+ZNVER4 = "llvm -mcpu=znver4"  # a target with AVX512_BF16, compiled for on any x86-64 machine
+
+
+@pytest.fixture(scope="module")
+def cnn_path(tmp_path_factory):
+    """make_cnn with a 100-class head: 3x3 convs (3 and 16 input channels), a depthwise conv that stays fp32,
+    a MatMul whose 100 columns are padded to 112."""
+    path = tmp_path_factory.mktemp("bf16") / "cnn.onnx"
+    onnx.save(make_cnn(seed=3, classes=100), path)
+    return path
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@x86_only
+def test_kernels_use_vdpbf16ps() -> None:
+    """Compile only: a matmul (N=40: padded to 48 and sliced) and a conv with padding and an odd channel count."""
+    import tvm
+    from tvm import relax
+
+    from forgekit.backends import cpu
+
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 12, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((32, 3, 3, 3)).astype("float32")),
+                                           padding=[1, 1]))
+            y = bb.emit(relax.op.reshape(relax.op.nn.relu(y), (32, 144)))
+            y = bb.emit_output(relax.op.matmul(y, relax.const(rng.standard_normal((144, 40)).astype("float32"))))
+        bb.emit_func_output(y)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
+    cpu.STATS.clear()
+    ex = tvm.compile(bb.get(), target=target, relax_pipeline=cpu.cpu_pipeline(target, bf16=True))
+    rules = dict(cpu.STATS)
+    assert sorted(k for k, v in rules.items() if v == "gemm_bf16") == ["fused_conv2d_bf16_relu", "matmul_bf16"], rules
+    asm = ex.mod.imports[0].inspect_source("asm")
+    assert asm.count("vdpbf16ps") >= 2
+    assert "forgekit_dpbf16ps" not in asm.replace("pragma", "")  # linked in and inlined: no call left
+
+
+@needs_bf16
+def test_bf16_artifact_matches_fp32_onnxruntime(cnn_path, tmp_path) -> None:
+    model = onnx.load(cnn_path)
+    result = forge.from_onnx(cnn_path).compile(target="host", output_path=tmp_path / "bf16", set_bfloat16=True,
+                                               export_metadata=True)
+    assert result.metadata["model"]["precision"] == "bfloat16"
+    rules = json.loads((result.path / "compile_report.json").read_text())["schedule_rules"]
+    assert sum(v == "gemm_bf16" for v in rules.values()) == 3, rules  # 2 convs + the matmul; depthwise stays fp32
+    engine = Engine(result.path)
+    for x in samples(6, seed=7):
+        expected = ort_run(model, {"x": x})[0]
+        actual = engine.infer(x)[0]
+        assert _cosine(actual, expected) >= 0.999
+        assert int(np.argmax(actual)) == int(np.argmax(expected))
+        # bf16 does round: a result equal to fp32 would mean the bf16 kernels did not run
+        assert not np.allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@x86_only
+def test_refused_without_avx512_bf16(cnn_path, tmp_path) -> None:
+    ir = forge.from_onnx(cnn_path)
+    for target in ("llvm -mcpu=haswell", "x86/znver3", "x86-64"):
+        with pytest.raises(TargetError, match="AVX512_BF16") as info:
+            ir.compile(target=target, output_path=tmp_path / "no", set_bfloat16=True)
+        assert "\n" not in str(info.value) and info.value.exit_code == 5
+    with pytest.raises(UsageError, match="opt level 3 or 4"):
+        ir.compile(target=ZNVER4, output_path=tmp_path / "no", set_bfloat16=True, opt_level=2)
+    with pytest.raises(UsageError, match="exclude each other"):
+        ir.compile(target=ZNVER4, output_path=tmp_path / "no", set_bfloat16=True, set_float16=True)
+    assert not (tmp_path / "no").exists()
+
+
+@x86_only
+def test_cli_precision(cnn_path, tmp_path) -> None:
+    proc = run_cli("compile", str(cnn_path), "--precision", "bf16", "-t", "llvm -mcpu=haswell", "-o", str(tmp_path / "a"))
+    assert proc.returncode == 5, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "AVX512_BF16" in lines[0] and "Traceback" not in proc.stderr
+    bad = run_cli("compile", str(cnn_path), "--precision", "int4", "-o", str(tmp_path / "b"))
+    assert bad.returncode == 2 and "use fp32, bf16 or fp16" in bad.stderr
+    # compiles for a bf16 target on any x86-64 machine; the metadata says bf16
+    ok = run_cli("compile", str(cnn_path), "--precision", "bf16", "-t", ZNVER4, "-o", str(tmp_path / "c"))
+    assert ok.returncode == 0, ok.stderr
+    meta = json.loads((tmp_path / "c" / "metadata.json").read_text())
+    assert meta["model"]["precision"] == "bfloat16"
