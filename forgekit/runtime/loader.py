@@ -21,10 +21,14 @@ _RUNTIME_LOADED = False
 
 
 def runtime_library() -> Path:
-    """Path of ``libtvm_runtime.so``: ``FORGEKIT_TVM_RUNTIME``, else the one in the installed tvm wheel."""
+    """Path of ``libtvm_runtime.so``: ``FORGEKIT_TVM_RUNTIME``, else the one the ``forgekit-runtime`` wheel
+    carries next to this module (runtime/python/build_wheel.py), else the one in the installed tvm wheel."""
     env = os.environ.get("FORGEKIT_TVM_RUNTIME")
     if env:
         return Path(env)
+    bundled = Path(__file__).with_name("lib") / "libtvm_runtime.so"
+    if bundled.is_file():
+        return bundled
     spec = importlib.util.find_spec("tvm")  # locates the package without executing it
     if spec is None or not spec.submodule_search_locations:
         raise ArtifactError("libtvm_runtime.so not found: install apache-tvm or set FORGEKIT_TVM_RUNTIME.")
