@@ -41,7 +41,14 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'forgekit' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if not exc.name or not f"{module}.".startswith(f"{exc.name}.") or exc.name == "forgekit":
+            raise
+        # The forgekit-runtime wheel (runtime/python/) ships forgekit.runtime and what it imports, nothing else.
+        raise ImportError(f"forgekit.{name} needs the full forgekit (pip install forgekit): this environment has "
+                          "forgekit-runtime, which only runs artifacts (forgekit.runtime.Engine)") from None
     globals()[name] = value
     return value
 
