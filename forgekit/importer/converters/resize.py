@@ -113,6 +113,35 @@ def _plan(x: Any, inputs: list[Any], attr: dict, params: Any
     return dims, out, scale
 
 
+def _spatial_sizes(x: Any, inputs: list[Any], attr: dict, sizes: Any) -> tuple[list[Any], dict, list | None]:
+    """Sizes whose batch and channel entries are ``x``'s own (the only ones Resize can keep: it resizes
+    spatial axes) as spatial-only sizes: constants with ``axes`` when they are static (the exact
+    coordinate path below applies), else the symbolic spatial sizes to resize to."""
+    values, dims = list(sizes.values), list(x.ty.shape.values)
+    analyzer = tvm.sym.Analyzer()
+    if len(values) != len(dims) or not all(analyzer.can_prove_equal(v, d) for v, d in zip(values[:2], dims[:2])):
+        raise ValueError("Resize of the batch or channel axis to a size computed at run time is not supported")
+    spatial = values[2:]
+    if all(isinstance(v, tvm.tirx.IntImm) for v in spatial):
+        const = relax.const(np.array([int(v) for v in spatial], dtype="int64"))
+        return [*inputs[:3], const, *inputs[4:]], {**attr, "axes": list(range(2, len(dims)))}, None
+    return inputs, attr, spatial
+
+
+def _resize_to(bb: Any, x: Any, spatial: list[Any], attr: dict) -> Any:
+    """A 2-D resize to symbolic spatial sizes, with the attributes TVM's converter maps."""
+    if len(spatial) != 2:
+        raise ValueError("Resize to a size computed at run time is supported for 4-D inputs only")
+    mode = attr_str(attr, "mode", "nearest")
+    return relax.op.image.resize2d(
+        x, size=relax.ShapeExpr(spatial), roi=[0.0] * 4, layout="NCHW",
+        method="nearest_neighbor" if mode == "nearest" else mode,
+        coordinate_transformation_mode=attr_str(attr, "coordinate_transformation_mode", "half_pixel"),
+        rounding_method=attr_str(attr, "nearest_mode", "round_prefer_floor"),
+        cubic_alpha=attr.get("cubic_coeff_a", -0.75), cubic_exclude=attr.get("exclude_outside", 0),
+        extrapolation_value=attr.get("extrapolation_value", 0.0))
+
+
 class Resize(_fe.Resize):
     @classmethod
     def _impl_v18(cls, bb, inputs, attr, params):
@@ -123,6 +152,14 @@ class Resize(_fe.Resize):
             # an empty ``scales`` tensor next to ``sizes`` means "no scales" (paddle2onnx writes it so; the
             # spec also allows ""): TVM's converter asserts that only one of the two is given
             inputs = [*inputs[:2], None, *inputs[3:]]
+        sizes = _fe.get_constant(inputs[3], params) if len(inputs) > 3 and inputs[3] is not None else None
+        if isinstance(sizes, relax.ShapeExpr) and "axes" not in attr and not all(
+                isinstance(v, tvm.tirx.IntImm) for v in sizes.values):
+            # sizes computed from shapes with a symbolic batch or size (paddle2onnx's
+            # Concat(Shape(x)[:2], Shape(y)[2:]); TVM's converter reads every entry as an int)
+            inputs, attr, symbolic = _spatial_sizes(x, inputs, attr, sizes)
+            if symbolic is not None:
+                return _resize_to(bb, x, symbolic, attr)
         plan = _plan(x, inputs, attr, params)
         if plan is None:
             return super()._impl_v18(bb, inputs, attr, params)
