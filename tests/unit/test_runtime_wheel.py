@@ -13,6 +13,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,14 +111,20 @@ def test_wheel_is_small_holds_the_repository_runtime_and_no_compiler(wheel: Path
 def test_runtime_library_needs_only_tvm_ffi_and_the_system(wheel: Path, tmp_path: Path) -> None:
     if shutil.which("readelf") is None:
         pytest.skip("readelf (binutils) is not installed")
+    library = tmp_path / "forgekit/runtime/lib/libtvm_runtime.so"
     with zipfile.ZipFile(wheel) as zf:
         zf.extract("forgekit/runtime/lib/libtvm_runtime.so", tmp_path)
-    dynamic = subprocess.run(["readelf", "-d", str(tmp_path / "forgekit/runtime/lib/libtvm_runtime.so")],
-                             capture_output=True, text=True, check=True).stdout
-    needed = {l.split("[")[1].rstrip("]") for l in dynamic.splitlines() if "(NEEDED)" in l}
+    readelf = lambda flag: subprocess.run(["readelf", flag, str(library)], capture_output=True, text=True,  # noqa: E731
+                                          check=True).stdout
+    needed = {l.split("[")[1].rstrip("]") for l in readelf("-d").splitlines() if "(NEEDED)" in l}
     system = {"libdl.so.2", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libpthread.so.0", "libc.so.6"}
     assert "libtvm_ffi.so" in needed and not {n for n in needed - system - {"libtvm_ffi.so"}
                                                if not n.startswith("ld-linux")}, needed
+    # The manylinux tag's glibc floor (2_27 in manylinux_2_27_x86_64) covers every glibc symbol version used:
+    # what auditwheel checks (it reports manylinux_2_27 too, besides libtvm_ffi.so coming from tvm-ffi's wheel).
+    floor = tuple(int(v) for v in re.search(r"manylinux_(\d+)_(\d+)_", wheel.name).groups())
+    used = {tuple(int(v) for v in m) for m in re.findall(r"GLIBC_(\d+)\.(\d+)", readelf("-V"))}
+    assert used and max(used) <= floor, (max(used), floor)
 
 
 def test_fresh_venv_has_no_tvm_and_the_runtime_installs_small(runtime_python: Path, tmp_path: Path) -> None:
