@@ -146,7 +146,7 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
 
         STATS.clear()
         FLOPS.clear()
-    database = _tune(mod, target, tuning, report) if tuning is not None else None
+    database = _tune(mod, target, tuning, report, bf16) if tuning is not None else None
     pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database,
                                   bf16=bf16)
     start = time.perf_counter()
@@ -170,8 +170,9 @@ def _hint(message: str) -> str:
     return _SHAPE_HINT if "CodeGenVM cannot emit this Relax operator" in message else ""
 
 
-def _tune(mod: Any, target: Any, tuning: TuningSetup, report: BuildReport) -> Any:
-    """Measure (when trials > 0) and return the records the CPU pipeline schedules with."""
+def _tune(mod: Any, target: Any, tuning: TuningSetup, report: BuildReport, bf16: bool = False) -> Any:
+    """Measure (when trials > 0) and return the records the CPU pipeline schedules with (``bf16``: the kernels
+    the bf16 build has; its bf16 ones have no knobs and are not measured)."""
     import tvm
 
     from .backends.cpu import fusion_passes
@@ -181,7 +182,7 @@ def _tune(mod: Any, target: Any, tuning: TuningSetup, report: BuildReport) -> An
     start = time.perf_counter()
     if tuning.trials > 0:
         with target:
-            fused = tvm.transform.Sequential(fusion_passes(target))(mod)
+            fused = tvm.transform.Sequential(fusion_passes(target, bf16=bf16))(mod)
         summary = tune(fused, target, tuning.trials, tuning.folders, progress=tuning.progress,
                        measure=tuning.measure)
         report.tuning = summary.to_dict()
