@@ -83,6 +83,17 @@ def test_bf16_artifact_matches_fp32_onnxruntime(cnn_path, tmp_path) -> None:
 
 
 @x86_only
+def test_dynamic_batch_keeps_fp32_kernels(convnet_path, tmp_path) -> None:
+    """A symbolic batch keeps the fp32 kernels (TVM cannot lower the tensorized tiles over a symbolic loop):
+    the build still succeeds and says which rules ran."""
+    result = forge.from_onnx(convnet_path).compile(target=ZNVER4, output_path=tmp_path / "dyn", set_bfloat16=True,
+                                                   export_metadata=True)
+    rules = json.loads((result.path / "compile_report.json").read_text())["schedule_rules"]
+    assert "gemm_bf16" not in rules.values() and "conv2d" in rules.values(), rules
+    assert result.metadata["model"]["precision"] == "bfloat16"
+
+
+@x86_only
 def test_refused_without_avx512_bf16(cnn_path, tmp_path) -> None:
     ir = forge.from_onnx(cnn_path)
     for target in ("llvm -mcpu=haswell", "x86/znver3", "x86-64"):
