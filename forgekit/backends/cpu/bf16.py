@@ -23,7 +23,8 @@ The legalizations (same layout as the int8 kernels, :mod:`.int8`):
 * ``acc[.., oc] += f32(x[.., 2c + i]) * f32(w[oc/16, .., c, oc%16, i])`` with the pair innermost, which
   :class:`.rules.gemm_bf16.GemmBf16Rule` tensorizes; an fp32 epilogue (channel slice, bias, relu) follows.
 
-Grouped/depthwise convolutions, symbolic shapes and non-constant weights keep the fp32 kernels.
+Grouped/depthwise convolutions, symbolic sizes other than a convolution's batch (a dynamic image size, a
+matmul's symbolic rows) and non-constant weights keep the fp32 kernels.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tvm import relax, te
 
 from ...errors import TargetError
 from ...targets.isa import isa_info
-from .packed_conv import Legalize, _const_value, _ints, conv_geometry
+from .packed_conv import Legalize, _const_value, _int_or_expr, _ints, conv_geometry
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -111,9 +112,10 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
         if (not enabled or not _eligible(call, w) or int(a.groups) != 1 or a.data_layout != "NHWC"
                 or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"):
             return fallback(bb, call)
-        try:
-            n, h, wd, ic = _ints(call.args[0].ty.shape.values)
-        except Exception:  # pylint: disable=broad-except  (symbolic dims: the fp32 kernel rounds them up)
+        _, *hwc = call.args[0].ty.shape.values
+        try:  # a symbolic batch is fine (a parallel loop); symbolic sizes keep the fp32 kernel, which rounds
+            h, wd, ic = _ints(hwc)  # them up to its register tile
+        except Exception:  # pylint: disable=broad-except
             return fallback(bb, call)
         kh, kw, _, oc = w.shape
         (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
@@ -124,24 +126,26 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
             wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
 
         def f(x: Any, wp: Any) -> Any:
+            nb = x.shape[0]  # the placeholder's own batch (a symbolic one is a fresh var of this function)
+
             def rounded(b: Any, y: Any, xx: Any, c: Any) -> Any:
                 inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
                 v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
                 return tvm.tirx.Select(inside, to_bf16(v), tvm.tirx.const(0, "uint16"))
-            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
+            xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
             ry = te.reduce_axis((0, kh), "ry")
             rx = te.reduce_axis((0, kw), "rx")
             rc = te.reduce_axis((0, icp // RED), "rc")
             ri = te.reduce_axis((0, RED), "ri")
             acc = te.compute(
-                (n, oh, ow, ocp),
+                (nb, oh, ow, ocp),
                 lambda b, y, xx, ff: te.sum(
                     from_bf16(xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri])
                     * from_bf16(wp[ff // LANES, ry, rx, rc, ff % LANES, ri]), axis=[ry, rx, rc, ri]),
                 name="conv2d_nhwc_bf16")
             if ocp == oc:
                 return acc
-            return te.compute((n, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")
+            return te.compute((nb, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")
         return bb.call_te(f, call.args[0], relax.const(packed), primfunc_name_hint="conv2d_bf16")
     return _legalize
 

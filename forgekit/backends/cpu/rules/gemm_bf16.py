@@ -21,6 +21,7 @@ from tvm.s_tir.schedule import SBlockRV
 from .. import bf16
 from .base import ScheduleRule
 from .common import (
+    MIN_PARALLEL_ELEMS,
     SYMBOLIC_GUESS,
     acc_scope,
     attach_epilogue,
@@ -39,6 +40,19 @@ if TYPE_CHECKING:
     from ....targets.isa import IsaInfo
 
 BLOCKS = ("conv2d_nhwc_bf16", "matmul_bf16")
+
+
+def _parallel_ok(sch: Schedule, spatial: list, reduction: list) -> bool:
+    """Whether the tile loop may be parallel.  With a symbolic (batch) axis, only when one sample's tile nest
+    is never small: :mod:`..serial_when_small` twins a small-able parallel nest with a serial copy that shares
+    the tensorized blocks' match buffers, which TVM's lowering rejects ("buffer match constraint ... unmet").
+    The instruction count per sample bounds the work that pass counts from below."""
+    if all(ext(sch, l) is not None for l in spatial):
+        return True
+    calls = 1
+    for l in [*spatial[:-1], *reduction[:-1]]:
+        calls *= ext(sch, l) or 1
+    return calls * (ext(sch, spatial[-1]) // bf16.LANES) >= MIN_PARALLEL_ELEMS
 
 
 class GemmBf16Rule(ScheduleRule):
@@ -76,12 +90,13 @@ class GemmBf16Rule(ScheduleRule):
         macs = 1
         for l in loops:
             macs *= ext(sch, l) or SYMBOLIC_GUESS
+        parallel_ok = _parallel_ok(sch, sl, rl)
         v_o, v_n, v_l = sch.split(sl[-1], [None, nv, lanes])
         r_o, r_i = sch.split(sl[-2], [None, rt])
         outer_list = [v_o, *sl[:-2], r_o]
         sch.reorder(*outer_list, *rl[:-1], r_i, v_n, v_l, rl[-1])
         outer = sch.fuse(*outer_list)
-        if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1):
+        if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1) and parallel_ok:
             sch.parallel(outer)
         # the LLVM function the intrinsic calls: parsed, linked and inlined by the LLVM codegen
         sch.annotate(outer, "pragma_import_llvm", bf16.LLVM_IR)
