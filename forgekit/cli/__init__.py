@@ -4,13 +4,13 @@
 :mod:`.options` (option types and parsing shared by verbs), and the verbs: :mod:`.inspect`,
 :mod:`.compile` (``compile``, ``quantize-report``), :mod:`.run`, :mod:`.crypto` (``encrypt``, ``decrypt``,
 ``rekey``), :mod:`.evaluate` (``bench``, ``verify``), :mod:`.release` (``publish``, ``targets``),
-:mod:`.images` (``images``).  A new verb is one module imported here.
+:mod:`.images` (``images``), :mod:`.runtime` (``runtime build``).  A new verb is one module imported here.
 """
 
 from __future__ import annotations
 
 try:
-    from . import compile, crypto, evaluate, images, inspect, release, run  # noqa: F401 - registers the verbs
+    from . import compile, crypto, evaluate, images, inspect, release, run, runtime  # noqa: F401 - registers the verbs
     from .app import app
 except KeyboardInterrupt:  # Ctrl-C while the verbs import (a second or more on a loaded machine): no traceback
     import sys

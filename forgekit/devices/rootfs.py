@@ -13,6 +13,10 @@ Building needs root (debootstrap, chroot), ``debootstrap``, ``qemu-user-static``
 registration of qemu for the guest architecture: debootstrap's second stage executes arm64 binaries
 (dpkg, maintainer scripts) that exec further arm64 binaries, which only the kernel can route to qemu.
 Running an artifact in a built rootfs calls qemu explicitly and needs root (chroot) but no binfmt.
+
+A *bare* rootfs (debootstrap minbase: no Python, no wheels) is a device without Python, for the C runtime
+cross-built by :mod:`forgekit.deploy.cross` and ``forgekit-run``; armhf (Raspberry Pi OS 32-bit) has
+only that kind, since apache-tvm has no armv7 wheel.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class GuestArch:
     qemu: str  # the qemu-user-static binary
     binfmt: str  # name of qemu's binfmt_misc entry
     platform: str  # pip --platform tag of the wheels: manylinux_2_<glibc minor>_<machine>
+    python: bool = True  # python3 + the runtime wheels installed (False: a bare rootfs for forgekit-run)
 
     def platforms(self) -> list[str]:
         """Every manylinux tag the guest's glibc (bookworm: 2.36) runs, newest first: pip does not infer
@@ -74,12 +79,19 @@ class GuestArch:
 GUESTS = {
     "aarch64": GuestArch("aarch64", "arm64", "qemu-aarch64-static", "qemu-aarch64", "manylinux_2_36_aarch64"),
 }
+#: Bare rootfs (minbase, no Python) for the cross-built C runtime (forgekit.deploy.cross, forgekit-run): a
+#: device without Python, and armhf, which has no apache-tvm wheel (so it is not in GUESTS: forgekit's
+#: Python devices cannot use it).
+BARE_GUESTS = {
+    "aarch64": GuestArch("aarch64", "arm64", "qemu-aarch64-static", "qemu-aarch64", "", python=False),
+    "arm": GuestArch("arm", "armhf", "qemu-arm-static", "qemu-arm", "", python=False),
+}
 
 
-def guest(arch: str) -> GuestArch:
-    """The emulation recipe for ``arch`` or a one-line :class:`NotAvailableError`."""
+def guest(arch: str, bare: bool = False) -> GuestArch:
+    """The emulation recipe for ``arch`` (``bare``: without Python) or a one-line :class:`NotAvailableError`."""
     try:
-        return GUESTS[arch]
+        return BARE_GUESTS[arch] if bare else GUESTS[arch]
     except KeyError:
         raise NotAvailableError(f"forgekit cannot emulate '{arch}' artifacts (only {', '.join(GUESTS)}): "
                                 "run them on such a machine.") from None
@@ -107,14 +119,18 @@ def wheel_requirements() -> list[str]:
 
 def recipe_key(g: GuestArch) -> str:
     """Short hash of everything that determines the rootfs contents."""
-    recipe = {"v": RECIPE_VERSION, "suite": SUITE, "arch": g.debian, "apt": APT_PACKAGES,
-              "wheels": wheel_requirements(), "platform": g.platform}
+    recipe = {"v": RECIPE_VERSION, "suite": SUITE, "arch": g.debian, "apt": _apt(g),
+              "wheels": wheel_requirements() if g.python else [], "platform": g.platform}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def rootfs_path(arch: str = "aarch64") -> Path:
+def _apt(g: GuestArch) -> tuple[str, ...]:
+    return APT_PACKAGES if g.python else ()
+
+
+def rootfs_path(arch: str = "aarch64", bare: bool = False) -> Path:
     """Where the rootfs for ``arch`` is (or would be) cached."""
-    g = guest(arch)
+    g = guest(arch, bare)
     return cache_dir() / f"{g.debian}-{recipe_key(g)}"
 
 
@@ -146,14 +162,15 @@ def ensure_binfmt(g: GuestArch) -> None:
                              f"run 'update-binfmts --enable {g.binfmt}' on the host.")
 
 
-def ensure_rootfs(arch: str = "aarch64", log: Callable | None = None) -> Path:
+def ensure_rootfs(arch: str = "aarch64", log: Callable | None = None, bare: bool = False) -> Path:
     """Path of a complete, cached rootfs for ``arch``, building it first when there is none.
 
+    ``bare``: a minbase rootfs without Python (:data:`BARE_GUESTS`), for the cross-built C runtime.
     ``log`` (default: nothing) receives one-line progress messages.  Raises :class:`ToolchainError`
     (naming the Debian package) when a tool is missing and :class:`NotAvailableError` when not root.
     """
-    g = guest(arch)
-    final = rootfs_path(arch)
+    g = guest(arch, bare)
+    final = rootfs_path(arch, bare)
     if (final / _STAMP).is_file():
         return final
     debootstrap = require("debootstrap", "debootstrap")
@@ -169,12 +186,13 @@ def ensure_rootfs(arch: str = "aarch64", log: Callable | None = None) -> Path:
             _unmount_below(stale)
             shutil.rmtree(stale, ignore_errors=True)
         start = time.monotonic()
-        wheels = _wheelhouse(g, say)
+        wheels = _wheelhouse(g, say) if g.python else None
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
         try:
             _build(g, tmp, debootstrap, qemu, wheels, say)
-            stamp = {"recipe": recipe_key(g), "suite": SUITE, "arch": g.debian, "apt": list(APT_PACKAGES),
-                     "wheels": wheel_requirements(), "build_seconds": round(time.monotonic() - start, 1)}
+            stamp = {"recipe": recipe_key(g), "suite": SUITE, "arch": g.debian, "apt": list(_apt(g)),
+                     "wheels": wheel_requirements() if g.python else [],
+                     "build_seconds": round(time.monotonic() - start, 1)}
             (tmp / _STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
             _unmount_below(tmp)
             os.replace(tmp, final)
@@ -186,16 +204,22 @@ def ensure_rootfs(arch: str = "aarch64", log: Callable | None = None) -> Path:
     return final
 
 
-def _build(g: GuestArch, root: Path, debootstrap: str, qemu: str, wheels: Path, say: Callable) -> None:
+def _build(g: GuestArch, root: Path, debootstrap: str, qemu: str, wheels: Path | None, say: Callable) -> None:
     mirror = os.environ.get("FORGEKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
     say(f"debootstrap {SUITE} {g.debian} (first stage)")
-    _run([debootstrap, "--foreign", f"--arch={g.debian}", "--variant=minbase", f"--include={','.join(APT_PACKAGES)}",
+    include = [f"--include={','.join(_apt(g))}"] if _apt(g) else []
+    _run([debootstrap, "--foreign", f"--arch={g.debian}", "--variant=minbase", *include,
           SUITE, str(root), mirror], "debootstrap (first stage)")
     # The static qemu inside the tree lets `chroot ROOT /usr/bin/qemu-... /usr/bin/python3` work without
     # binfmt; with binfmt's F flag the kernel already holds the host's copy open.
     shutil.copy2(qemu, root / "usr" / "bin" / Path(qemu).name)
     say("debootstrap second stage (under qemu)")
     _run([require("chroot", "coreutils"), str(root), "/debootstrap/debootstrap", "--second-stage"], "debootstrap (second stage)")
+    if wheels is None:  # a bare rootfs: minbase has libstdc++, all forgekit-run needs besides its libraries
+        out = run_in_rootfs(root, g, ["/bin/sh", "-c", "echo ok"], timeout=600)
+        if out.returncode != 0 or "ok" not in out.stdout:
+            raise ToolchainError(f"The {g.debian} rootfs does not work: {last_line(out.stderr)}")
+        return
     say("installing the runtime wheels")
     # pip runs on the host (pip inside the chroot would be slow under qemu, and would have to verify
     # this network's TLS): --platform/--python-version pick the guest's wheels, --target puts them where
