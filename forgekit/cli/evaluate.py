@@ -74,8 +74,10 @@ def bench(
               f"{'match' if info['outputs_match'] else 'differ from'} onnxruntime's "
               f"(max abs error {info['max_abs_error']:.2e})")
     if result.outputs_match is not None:
+        how = (f"least cosine {result.extra['min_cosine']:.6f}, reduced-precision artifact; "
+               if "min_cosine" in result.extra else "")
         print(f"outputs       {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
-              f"(max abs error {result.max_abs_error:.2e})")
+              f"({how}max abs error {result.max_abs_error:.2e})")
     if "profile" in result.extra:
         from ..evaluate.profile import KernelTime, table
 

@@ -138,6 +138,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     library, meta_path = resolve(artifact)
     meta = read_metadata(meta_path) if meta_path else {}
     build = meta.get("build", {})
+    from .compare import min_cosine_for
     from .peers import check_peers
 
     peers = check_peers(peers)
@@ -159,6 +160,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     with tempfile.TemporaryDirectory(prefix="forgekit-bench-") as tmp:
         job = {"mode": "time", "artifact": str(Path(artifact).absolute()), "onnx": onnx_model, "threads": threads,
                "runs": runs, "warmup": warmup, "key_path": key_path, "rtol": rtol, "atol": atol,
+               "min_cosine": min_cosine_for(meta.get("model", {})),
                "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers}
         data = _spawn(job, threads, password)
         timings = data["timings"]
@@ -175,6 +177,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        output_scale=data.get("output_scale"), outputs_match=data.get("outputs_match"),
                        target=build.get("target_name"),
                        extra={**({"level": data["level"]} if data.get("level") else {}),
+                              **({"min_cosine": data["min_cosine"]} if "min_cosine" in data else {}),
                               **({"profile": kernels} if kernels is not None else {})},
                        peers={k: Timing(**timings[k]) for k in data.get("peers") or {}},
                        peer_info=dict(data.get("peers") or {}))
@@ -191,7 +194,7 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: 
     from ..runtime.inputs import example_inputs
     from ..runtime.stats import latency_stats
     from . import reference
-    from .compare import compare_outputs
+    from .compare import compare_outputs, min_cosine_for
 
     library, meta_path = resolve(artifact)
     if meta_path is None:
@@ -217,7 +220,7 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: 
         if len(run.outputs) != len(expected):
             raise RPCError(f"'{artifact}' returned {len(run.outputs)} output(s) on the device, onnxruntime "
                            f"{len(expected)}: is it the model the artifact was compiled from?")
-        compared = compare_outputs(run.outputs, expected, rtol, atol)
+        compared = compare_outputs(run.outputs, expected, rtol, atol, min_cosine_for(model))
         result.max_abs_error, result.output_scale = compared["max_abs_error"], compared["output_scale"]
         result.outputs_match = compared["outputs_match"]
     return result

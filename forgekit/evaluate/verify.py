@@ -19,7 +19,7 @@ from ..artifact.layout import read_metadata, resolve
 from ..errors import ArtifactError, NotAvailableError, VerificationError
 from ..runtime.inputs import example_inputs
 from . import reference
-from .compare import ATOL, RTOL, OutputComparison, compare
+from .compare import ATOL, RTOL, OutputComparison, compare, min_cosine_for
 
 
 @dataclass
@@ -37,6 +37,7 @@ class VerifyResult:
     run_seconds: float = 0.0  # the device run: process start, load and one inference
     infer_ms: float = 0.0
     level: str | None = None  # the instruction-set level the device loaded (portable artifacts)
+    min_cosine: float | None = None  # the criterion of a bf16/fp16/quantized artifact (compare.min_cosine_for)
 
     @property
     def ok(self) -> bool:
@@ -48,8 +49,10 @@ class VerifyResult:
         if bad:
             worst = ", ".join(f"'{o.name}' max abs err {o.max_abs:.3g} (atol {o.tolerance:.1g})" if not o.note
                               else f"'{o.name}' {o.note}" for o in bad)
+            criterion = (f"cosine >= {self.min_cosine:g}" if self.min_cosine is not None
+                         else f"rtol {self.rtol:g}, atol {self.atol:g}*max|ref|")
             raise VerificationError(f"{len(bad)} of {len(self.outputs)} output(s) of '{self.artifact}' differ from "
-                                    f"onnxruntime (rtol {self.rtol:g}, atol {self.atol:g}*max|ref|): {worst}.")
+                                    f"onnxruntime ({criterion}): {worst}.")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -109,6 +112,7 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
                                 "is it the model the artifact was compiled from?")
     result.run_seconds, result.infer_ms = run.seconds, run.infer_ms[0] if run.infer_ms else 0.0
     result.level = run.level
+    result.min_cosine = min_cosine_for(model)
     names = [t["name"] for t in model["outputs"]] or [o.name for o in sess.get_outputs()]
-    result.outputs = [compare(n, a, e, rtol, atol) for n, a, e in zip(names, run.outputs, expected)]
+    result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine) for n, a, e in zip(names, run.outputs, expected)]
     return result

@@ -125,3 +125,21 @@ def test_cli_precision(cnn_path, tmp_path) -> None:
     assert ok.returncode == 0, ok.stderr
     meta = json.loads((tmp_path / "c" / "metadata.json").read_text())
     assert meta["model"]["precision"] == "bfloat16"
+
+
+@needs_bf16
+def test_verify_and_bench_judge_a_bf16_artifact_by_cosine(cnn_path, tmp_path) -> None:
+    """verify and bench compare a bf16 artifact with the fp32 model by cosine (>= 0.999): fp32's elementwise
+    tolerances called a correct bf16 artifact's outputs different and bench exited 13."""
+    from forgekit.evaluate.bench import benchmark_artifact
+    from forgekit.evaluate.verify import verify_artifact
+
+    out = tmp_path / "bf16"
+    forge.from_onnx(cnn_path).compile(target="host", output_path=out, set_bfloat16=True)
+    result = verify_artifact(out, cnn_path)
+    assert result.min_cosine == 0.999 and all(o.cosine is not None and o.cosine >= 0.999 for o in result.outputs)
+    result.check()
+    assert "cosine 0.99" in result.outputs[0].line()
+    bench = benchmark_artifact(out, cnn_path, runs=2, warmup=0, memory=False)
+    assert bench.outputs_match is True and bench.extra["min_cosine"] >= 0.999
+    assert run_cli("bench", str(out), "--onnx", str(cnn_path), "-n", "2", "--no-memory").returncode == 0
