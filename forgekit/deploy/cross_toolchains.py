@@ -40,13 +40,13 @@ class CrossToolchain:
         flags = " ".join(self.flags)
         link = " ".join(("-s", *self.link_flags))
         return "\n".join([
-            f"set(CMAKE_SYSTEM_NAME {'Android' if self.android else 'Linux'})",
+            # Android too is "Linux" to CMake here: its Android platform module wants an NDK layout of its own,
+            # while the NDK's clang, given --target=<abi><api>, finds its sysroot and libc++ by itself
+            "set(CMAKE_SYSTEM_NAME Linux)",
             f"set(CMAKE_SYSTEM_PROCESSOR {self.processor})",
             f'set(CMAKE_C_COMPILER "{self.cc}")', f'set(CMAKE_CXX_COMPILER "{self.cxx}")',
             f'set(CMAKE_C_FLAGS_INIT "{flags}")', f'set(CMAKE_CXX_FLAGS_INIT "{flags}")',
             f'set(FORGEKIT_LINK_FLAGS "{link}")',
-            # CMake's own Android support would look for an NDK layout: compilers are given explicitly here
-            *(["set(CMAKE_ANDROID_NDK_TOOLCHAIN_VERSION clang)"] if self.android else []),
             "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)", ""])
 
 
