@@ -23,6 +23,8 @@ import pytest
 
 import forgekit
 from forgekit.deploy.cross import LIBRARIES, PROGRAM, build_cross_runtime
+from forgekit.deploy.cross_toolchains import toolchain_for
+from forgekit.errors import TargetError
 
 from conftest import ort_run, run_cli
 
@@ -114,6 +116,20 @@ def test_android_runtime_links_with_the_artifacts_elf_properties(tag, machine) -
             assert set(needed(path)) <= {*LIBRARIES, "libc++_shared.so", "libc.so", "libm.so", "libdl.so",
                                          "liblog.so"}, needed(path)
     assert "libforgekit_runtime.so" in needed(build.program)
+
+
+@pytest.mark.parametrize(("tag", "abi"), [("raspberry-pi/4-armhf", "arm-linux-gnueabihf"),
+                                         ("raspberry-pi/3-armhf", "arm-linux-gnueabihf"),
+                                         ("raspberry-pi/5", "aarch64-linux-gnu"), ("arm/aarch64", "aarch64-linux-gnu"),
+                                         ("jetson/nano-cpu", "aarch64-linux-gnu")])
+def test_tags_pick_their_familys_cross_compiler(tag, abi) -> None:
+    toolchain = toolchain_for(tag)
+    assert toolchain.name == abi and toolchain.cxx == f"{abi}-g++" and toolchain.ship == ()
+    text = toolchain.cmake_file()
+    assert f'set(CMAKE_CXX_COMPILER "{abi}-g++")' in text and "set(CMAKE_SYSTEM_NAME Linux)" in text
+    assert 'set(FORGEKIT_LINK_FLAGS "-s")' in text  # stripped: the runtime goes onto small devices
+    with pytest.raises(TargetError, match="No cross runtime for 'x86/avx2'"):
+        toolchain_for("x86/avx2")
 
 
 def test_cli_refuses_targets_without_a_cross_runtime(tmp_path) -> None:
