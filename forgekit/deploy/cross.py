@@ -102,19 +102,19 @@ def _stage_tvm(wheel: Path, source: Path, dest: Path) -> None:
                         ignore=lambda _d, names: [n for n in names if n.endswith((".cc", ".c"))])
 
 
-def _sources(ffi_dir: Path, tvm_dir: Path, tvm_source: Path, runtime: Path) -> list[Path]:
-    """Every file the build can read: hashed into the cache key."""
-    trees = [ffi_dir / "src", ffi_dir / "include", tvm_dir / "src" / "runtime", tvm_dir / "include",
-             *(tvm_source / part for part in _SUPPORT),
-             runtime / "src", runtime / "include", runtime / "examples", runtime / "cross"]
-    return sorted(p for tree in trees for p in tree.rglob("*")
-                  if p.is_file() and p.suffix in (".h", ".hpp", ".cc", ".c", ".txt"))
+def _sources(ffi_dir: Path, tvm_dir: Path, tvm_source: Path, runtime: Path) -> list[tuple[str, Path]]:
+    """Every file the build can read, with a name that does not depend on where the trees are (a TVM clone
+    elsewhere, another venv with the same wheels, hit the same cache entry): hashed into the cache key."""
+    trees = [("ffi", ffi_dir, ("src", "include")), ("tvm", tvm_dir, ("src/runtime", "include")),
+             ("tvm", tvm_source, _SUPPORT), ("forgekit", runtime, ("src", "include", "examples", "cross"))]
+    return sorted((f"{label}/{p.relative_to(base)}", p) for label, base, parts in trees for part in parts
+                  for p in (base / part).rglob("*") if p.is_file() and p.suffix in (".h", ".hpp", ".cc", ".c", ".txt"))
 
 
-def _key(files: list[Path], toolchain: CrossToolchain, toolchain_file: str) -> str:
+def _key(files: list[tuple[str, Path]], toolchain: CrossToolchain, toolchain_file: str) -> str:
     digest = hashlib.sha256(f"v{RECIPE_VERSION}\0{toolchain_file}\0{tool_version(toolchain.cxx)}\0".encode())
-    for path in files:
-        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in files:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
