@@ -70,6 +70,8 @@ def test_forgekit_run_in_bare_chroot_matches_onnxruntime(tag, arch, machine, con
     for path in build.files:
         assert re.search(rf"Machine:\s+{machine}", readelf("-h", str(path))), path
         assert not any("python" in name for name in needed(path)), path  # nothing of Python on the device
+        if path.suffix == ".so":
+            assert f"Library soname: [{path.name}]" in readelf("-d", str(path)), path
     # the libraries find each other next to forgekit-run: $ORIGIN, no absolute path of this machine
     assert "RUNPATH" in readelf("-d", str(build.program)) and "[$ORIGIN]" in readelf("-d", str(build.program))
     assert "libforgekit_runtime.so" in needed(build.program)
