@@ -24,7 +24,7 @@ def runtime_build(
                                         "forgekit-run into (created).")],
     tvm_source: Annotated[Optional[str], typer.Option("--tvm-source", metavar="DIR", help="TVM source tree of the "
                                                       "installed version, for the headers the wheel lacks (default "
-                                                      "$FORGEKIT_TVM_SOURCE).")] = None,
+                                                      "$FORGEKIT_TVM_SOURCE, else the vendored ones).")] = None,
 ) -> None:
     """Build (or reuse from ~/.cache/forgekit/runtime) the runtime for TAG and copy it into DIR."""
     from ..deploy.cross import build_cross_runtime, install

@@ -8,10 +8,10 @@ and the target family's toolchain: ``aarch64-linux-gnu-g++`` (aarch64 Linux with
 
 The apache-tvm wheel ships ``src/runtime`` and ``include/tvm/runtime`` but not the headers they include
 from ``include/tvm/support``, ``src/support`` and ``3rdparty/compiler-rt`` (byte streams, the serializer
-of the VM executable, half-float conversions), and apache-tvm has no sdist: those headers come from a TVM
-source tree of the installed version, given with ``tvm_source`` / ``--tvm-source`` /
-``$FORGEKIT_TVM_SOURCE`` (``git clone --depth 1 --branch v0.27.0 https://github.com/apache/tvm``).
-Everything else (every ``.cc``, the runtime headers) is the wheel's.
+of the VM executable, half-float conversions), and apache-tvm has no sdist: those headers are vendored
+for the pinned version in ``runtime/cross/tvm_support`` (see its README), or come from a TVM source tree
+given with ``tvm_source`` / ``--tvm-source`` / ``$FORGEKIT_TVM_SOURCE``.  Everything else (every ``.cc``,
+the runtime headers) is the wheel's.
 
 Android needs the NDK (``ANDROID_NDK_HOME``): unlike an artifact, which is plain C and links against
 stubs of Bionic's ``libc.so``, the TVM runtime is C++ and needs Bionic's headers and the NDK's libc++,
@@ -76,12 +76,14 @@ def cache_dir() -> Path:
 
 #: what the wheel lacks, taken from the TVM source tree (headers only)
 _SUPPORT = ("include/tvm/support", "src/support", "3rdparty/compiler-rt")
+#: those headers for the pinned apache-tvm, kept in this repository (runtime/cross/tvm_support/README.md)
+VENDORED = Path(__file__).resolve().parents[2] / "runtime" / "cross" / "tvm_support"
 
 
 def tvm_source_dir(tvm_source: str | os.PathLike[str] | None = None) -> Path:
     """The TVM source tree that provides :data:`_SUPPORT`, or a one-line :class:`ToolchainError`."""
-    given = tvm_source or os.environ.get("FORGEKIT_TVM_SOURCE")
-    if not given:
+    given = tvm_source or os.environ.get("FORGEKIT_TVM_SOURCE") or VENDORED
+    if not Path(given).is_dir():
         raise ToolchainError("The apache-tvm wheel lacks the include/tvm/support and src/support headers its runtime "
                              "sources need: pass --tvm-source (or set FORGEKIT_TVM_SOURCE) to a TVM source tree of "
                              "the installed version (git clone --depth 1 --branch v0.27.0 "
