@@ -24,13 +24,17 @@ def publish(
                                                        "result; its target picks the bundle.")] = None,
     name: Annotated[Optional[str], typer.Option("--name", metavar="NAME", help="Model name in file names "
                                                 "(default: the ONNX file name).")] = None,
+    with_runtime: Annotated[bool, typer.Option("--with-runtime", help="Also ship the device runtime (forgekit-run, "
+                                               "its libraries, the C API headers) in runtime/ for aarch64, armhf "
+                                               "and Android targets.")] = False,
     force: ForceOpt = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Package artifacts as versioned, reproducible .tar.gz bundles with a model card, notes and SHA256SUMS."""
     from ..release.publish import publish as publish_artifacts
 
-    result = publish_artifacts(artifacts, version, output, include_key=include_key, force=force, bench=bench, name=name)
+    result = publish_artifacts(artifacts, version, output, include_key=include_key, force=force, bench=bench, name=name,
+                                with_runtime=with_runtime)
     for bundle in result.bundles:
         print(f"{bundle.archive}  sha256 {bundle.sha256}  ({bundle.target}, latency "
               f"{'measured' if bundle.latency_measured else 'not measured'})")

@@ -150,10 +150,13 @@ def _accuracy(meta: dict[str, Any]) -> list[dict[str, str]]:
 
 def card_context(meta: dict[str, Any], *, model_name: str, version: str, bundle: str, files: list[dict[str, Any]],
                  key_included: bool, key_file: str, bench: dict[str, Any] | None = None,
-                 bench_source: str | None = None, chart: str | None = None) -> dict[str, Any]:
+                 bench_source: str | None = None, chart: str | None = None,
+                 device: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything ``MODEL_CARD.md.j2`` uses, from an artifact's ``metadata.json`` and optional bench JSON.
 
-    ``files`` are the bundle's other files as ``{"name", "size", "sha256"}``.
+    ``files`` are the bundle's other files as ``{"name", "size", "sha256"}``; ``device`` the commands that run
+    it on the device without Python (:func:`forgekit.release.device_runtime.device_commands`), if it ships
+    the runtime.
     """
     model = meta.get("model", {})
     build = meta.get("build", {})
@@ -182,6 +185,7 @@ def card_context(meta: dict[str, Any], *, model_name: str, version: str, bundle:
         "files": [{"name": f["name"], "size": str(f["size"]), "sha256": f["sha256"]} for f in files],
         "requirements": requirements(build),
         "run": run_it(model, bundle, bool(library.get("encrypted", False))),
+        "device": device,
     }
 
 

@@ -36,6 +36,7 @@ from ..artifact.outputs import atomic_directory
 from ..errors import ArtifactError, UsageError
 from .archive import SECRET_MODE, Member, write_reproducible_tar_gz
 from .chart import CHART_FILE, latency_svg
+from .device_runtime import device_commands, runtime_members
 from .model_card import card_context, release_context
 
 CARD_FILE = "MODEL_CARD.md"
@@ -211,7 +212,7 @@ def _sums(entries: list[tuple[str, str]]) -> str:
 
 def publish(artifacts: Iterable[str | os.PathLike[str]], version: str, output: str | os.PathLike[str], *,
             include_key: bool = False, force: bool = False, bench: Iterable[str | os.PathLike[str]] | None = None,
-            name: str | None = None) -> PublishResult:
+            name: str | None = None, with_runtime: bool = False) -> PublishResult:
     """Write one reproducible ``.tar.gz`` per artifact (target) into ``output``; see the module docstring.
 
     Parameters
@@ -228,6 +229,9 @@ def publish(artifacts: Iterable[str | os.PathLike[str]], version: str, output: s
         ``forgekit bench --json`` files, matched to artifacts by target; their numbers fill the latency table.
     name:
         Model name for file names and titles (default: the ONNX file name the artifacts were compiled from).
+    with_runtime:
+        Also ship the device runtime in ``runtime/`` where forgekit cross-builds one (aarch64, armhf, Android:
+        libraries, ``forgekit-run``, the C/C++ headers; :mod:`.device_runtime`), built or taken from the cache.
     """
     version = parse_version(version)
     loaded = [_load_artifact(Path(p)) for p in artifacts]
@@ -244,7 +248,7 @@ def publish(artifacts: Iterable[str | os.PathLike[str]], version: str, output: s
     sources = [a.path for a in loaded] + [Path(b) for b in bench or []]
     with atomic_directory(out, force, kind="dist", inputs=sources) as tmp:
         stage = tmp / ".stage"
-        plans = [_plan(a, model, version, include_key, stage) for a in loaded]
+        plans = [_plan(a, model, version, include_key, stage, with_runtime) for a in loaded]
         archives = [f"{p['top']}.tar.gz" for p in plans]
         notes_text = md.render(NOTES_FILE + ".j2", **release_context(
             model_name=model, version=version, date=date, cards=[p["card"] for p in plans], archives=archives))
@@ -257,7 +261,8 @@ def publish(artifacts: Iterable[str | os.PathLike[str]], version: str, output: s
     return PublishResult(out, model, version, bundles, out / NOTES_FILE, out / SUMS_FILE, notes)
 
 
-def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stage: Path) -> dict[str, Any]:
+def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stage: Path,
+          with_runtime: bool = False) -> dict[str, Any]:
     """The members of one bundle (sources and modes) and its rendered model card."""
     top = f"{model}-{sanitize(version)}-{sanitize(artifact.target)}"
     folder = stage / top
@@ -271,6 +276,8 @@ def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stag
     key_included = include_key and bool(artifact.meta["library"].get("encrypted"))
     if key_included:
         members.append(Member(KEY_FILE, artifact.path / KEY_FILE, SECRET_MODE))
+    runtime = runtime_members(artifact.target) if with_runtime else []
+    members += runtime
     files = []
     for member in sorted(members, key=lambda m: m.name):
         sha, size = file_digest(member.source)
@@ -282,10 +289,12 @@ def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stag
         sha, size = file_digest(folder / CHART_FILE)
         files.append({"name": CHART_FILE, "size": size, "sha256": sha})
         files.sort(key=lambda f: f["name"])
+    device = device_commands(top, runtime, artifact.meta.get("model", {}).get("inputs") or [],
+                             bool(artifact.meta["library"].get("encrypted")))
     card = card_context(artifact.meta, model_name=model, version=version, bundle=top, files=files,
                         key_included=key_included, key_file=KEY_FILE, bench=artifact.bench,
                         bench_source=BENCH_FILE if artifact.bench is not None else None,
-                        chart=CHART_FILE if chart is not None else None)
+                        chart=CHART_FILE if chart is not None else None, device=device)
     (folder / CARD_FILE).write_text(md.render(CARD_FILE + ".j2", **card))
     members.append(Member(CARD_FILE, folder / CARD_FILE))
     return {"top": top, "folder": folder, "members": members, "files": files, "card": card,

@@ -165,3 +165,49 @@ def test_cli_copies_the_cached_build(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "rt").iterdir()) == sorted([*LIBRARIES, PROGRAM])
     assert os.access(tmp_path / "rt" / PROGRAM, os.X_OK)
+
+
+@pytest.mark.slow
+def test_published_armhf_bundle_runs_on_the_device_as_its_card_says(convnet_path, convnet_input, tmp_path) -> None:
+    """publish --with-runtime: the raspberry-pi/4-armhf bundle carries runtime/ (libraries, forgekit-run, the
+    C API headers); unpacked in a bare armhf chroot, the card's forgekit-run command runs it under qemu-arm."""
+    if _missing("arm"):
+        pytest.skip(_missing("arm"))
+    import tarfile
+
+    from forgekit.devices import rootfs
+
+    artifact = tmp_path / "convnet"
+    forgekit.from_onnx(convnet_path, {"input": [2, 3, 16, 16]}).compile(target="raspberry-pi/4-armhf",
+                                                                       output_path=artifact)
+    done = run_cli("publish", str(artifact), "--version", "1.0.0", "-o", str(tmp_path / "dist"), "--with-runtime")
+    assert done.returncode == 0, done.stderr
+    (archive,) = (tmp_path / "dist").glob("*.tar.gz")
+    top = archive.name[:-len(".tar.gz")]
+    with tarfile.open(archive) as tar:
+        modes = {m.name: m.mode for m in tar.getmembers() if m.isfile()}
+        card = tar.extractfile(f"{top}/MODEL_CARD.md").read().decode()
+    runtime = {name.split("/runtime/", 1)[1]: mode for name, mode in modes.items() if "/runtime/" in name}
+    assert set(runtime) == {*LIBRARIES, PROGRAM, "include/forgekit_runtime.h", "include/forgekit_runtime.hpp"}
+    assert runtime[PROGRAM] == 0o755
+    command = next(line for line in card.splitlines() if "/runtime/forgekit-run " in line).split("#")[0].split()
+    assert command[:2] == [f"./{top}/runtime/forgekit-run", top] and command[-2:] == ["-o", "out/"]
+
+    root = rootfs.ensure_rootfs("arm", bare=True)
+    guest_dir = Path("/opt") / f"forgekit-{uuid.uuid4().hex[:8]}"
+    host_dir = root / guest_dir.relative_to("/")
+    try:
+        host_dir.mkdir(parents=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(host_dir, filter="tar")
+        np.save(host_dir / "input.npy", convnet_input)
+        argv = [str(guest_dir / command[0]), str(guest_dir / top), *[
+            f"input={guest_dir / 'input.npy'}" if arg.endswith(".npy") else arg for arg in command[2:-1]],
+            str(guest_dir / "out")]
+        done = rootfs.run_in_rootfs(root, rootfs.guest("arm", bare=True), argv, timeout=600)
+        assert done.returncode == 0, done.stderr
+        got = np.load(host_dir / "out" / "probs.npy")
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
+    expected = ort_run(onnx.load(convnet_path), {"input": convnet_input})[0]
+    np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
