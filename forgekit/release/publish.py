@@ -249,6 +249,8 @@ def publish(artifacts: Iterable[str | os.PathLike[str]], version: str, output: s
     with atomic_directory(out, force, kind="dist", inputs=sources) as tmp:
         stage = tmp / ".stage"
         plans = [_plan(a, model, version, include_key, stage, with_runtime) for a in loaded]
+        notes += [f"{p['target']}: no cross-built runtime for this target (its card names the forgekit-runtime "
+                  "wheel)" for p in plans if with_runtime and p["card"]["device"] is None]
         archives = [f"{p['top']}.tar.gz" for p in plans]
         notes_text = md.render(NOTES_FILE + ".j2", **release_context(
             model_name=model, version=version, date=date, cards=[p["card"] for p in plans], archives=archives))

@@ -318,3 +318,14 @@ def test_cli_publish_and_errors(arts, tmp_path) -> None:
                     "--bench", str(arts["bench"]), env=env)
     assert again.returncode == 0 and _sha(tmp_path / "again" / archive.name) == _sha(archive)
     assert gzip.decompress(archive.read_bytes())[:len("convnet-1.0.0-host/")] == b"convnet-1.0.0-host/"
+
+
+def test_with_runtime_notes_targets_that_install_the_wheel(arts, epoch, tmp_path) -> None:
+    """--with-runtime on an x86-64 artifact ships no binaries (the forgekit-runtime wheel serves it) and says
+    so instead of silently leaving runtime/ out."""
+    result = pub.publish([arts["host"]], "1.0.0", tmp_path / "dist", with_runtime=True)
+    assert result.notes == ["host: no cross-built runtime for this target (its card names the forgekit-runtime wheel)"]
+    with tarfile.open(result.bundles[0].archive, "r:gz") as tar:
+        assert not [m.name for m in tar.getmembers() if "/runtime/" in m.name]
+        card = tar.extractfile("convnet-1.0.0-host/MODEL_CARD.md").read().decode()
+    assert "pip install forgekit-runtime" in card and "On the device, without Python" not in card
