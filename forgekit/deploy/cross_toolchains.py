@@ -93,4 +93,4 @@ def toolchain_for(tag: str) -> CrossToolchain:
             return _android("arm64-v8a", "aarch64-linux-android", "aarch64", "aarch64-linux-android")
         return _android("armeabi-v7a", "armv7a-linux-androideabi", "armv7-a", "arm-linux-androideabi")
     raise TargetError(f"No cross runtime for '{tag}' ({spec.family} {spec.arch}): use a tag of the arm, armhf or "
-                      "android families; on this machine's own CPU use the apache-tvm wheel.")
+                      "android families; x86-64 Linux installs the forgekit-runtime wheel (runtime/python/build_wheel.py).")
