@@ -77,7 +77,7 @@ def cache_dir() -> Path:
 #: what the wheel lacks, taken from the TVM source tree (headers only)
 _SUPPORT = ("include/tvm/support", "src/support", "3rdparty/compiler-rt")
 #: those headers for the pinned apache-tvm, kept in this repository (runtime/cross/tvm_support/README.md)
-VENDORED = Path(__file__).resolve().parents[2] / "runtime" / "cross" / "tvm_support"
+VENDORED = SOURCE_DIR / "cross" / "tvm_support"
 
 
 def tvm_source_dir(tvm_source: str | os.PathLike[str] | None = None) -> Path:

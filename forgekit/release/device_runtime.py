@@ -11,7 +11,6 @@ no binaries, and their card names the wheel instead.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import TargetError
@@ -35,7 +34,7 @@ def runtime_members(target: str, log: Callable[[str], None] | None = None) -> li
     build = build_cross_runtime(target, log=log)
     members = [Member(f"{RUNTIME_DIR}/{path.name}", path, EXEC_MODE if os.access(path, os.X_OK) else FILE_MODE)
                for path in build.files]
-    members += [Member(f"{RUNTIME_DIR}/include/{name}", Path(SOURCE_DIR) / "include" / name) for name in HEADERS]
+    members += [Member(f"{RUNTIME_DIR}/include/{name}", SOURCE_DIR / "include" / name) for name in HEADERS]
     return sorted(members, key=lambda m: m.name)
 
 
