@@ -1,13 +1,15 @@
 """Models exported from PyTorch with their natural dynamic axes, for the dynamic-shape and recurrent
 benchmarks (torch is a benchmark reference only: ``pip install torch==2.13.0`` into the venv first).
 
-    .venv/bin/python bench/make_models_torch.py        # writes bench/models/{bert_dyn,gru_audio,cnn_dyn}.onnx
+    .venv/bin/python bench/make_models_torch.py        # writes bench/models/{bert_dyn,gru_audio,cnn_dyn,yolo_style}.onnx
 
 * ``bert_dyn.onnx``: a BERT-style encoder (vocab 30522, 4 layers, hidden 256, 4 heads, GELU, post-LN),
   inputs ``input_ids``/``attention_mask`` of shape [1, S], S dynamic; seeded random weights.
 * ``gru_audio.onnx``: an audio model with two GRU layers (257 -> 128 -> 128) over [1, T, 257] frames,
   T dynamic, and a per-frame sigmoid head (a noise-suppression mask, like the issue's model).
 * ``cnn_dyn.onnx``: a ResNet-style CNN on [N, 3, 224, 224], N dynamic.
+* ``yolo_style.onnx``: a YOLOv8n-style detector (``yolo_style.py``) on [1, 3, 320, 320], static as the
+  benchmark table measures it; output [1, 84, 2100] (boxes and sigmoid class scores).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from yolo_style import YoloStyle
 
 HERE = Path(__file__).resolve().parent
 
@@ -126,6 +130,7 @@ def export(out_dir: Path) -> list[Path]:
          ["input_ids", "attention_mask"], {"input_ids": {1: "S"}, "attention_mask": {1: "S"}}),
         ("gru_audio.onnx", _randomize(GruAudio(), 1), (torch.randn(1, 60, 257),), ["x"], {"x": {1: "T"}}),
         ("cnn_dyn.onnx", _randomize(Cnn(), 2), (torch.randn(1, 3, 224, 224),), ["x"], {"x": {0: "N"}}),
+        ("yolo_style.onnx", _randomize(YoloStyle(), 3), (torch.randn(1, 3, 320, 320),), ["images"], {}),
     ]
     written = []
     for name, model, args, inputs, axes in jobs:

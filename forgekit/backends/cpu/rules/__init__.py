@@ -5,6 +5,7 @@ A rule is any object with ``name``, ``matches(sch, tinfo) -> match | None`` and
 into ``RULES``.
 """
 from .. import int8
+from .column_reduction import ColumnReductionRule
 from .conv2d import Conv2DRule
 from .elementwise import ElementwiseRule
 from .fallback import FallbackRule
@@ -15,4 +16,4 @@ from .pool import PoolRule
 from .reduction import ReductionRule
 
 RULES = [GemmBf16Rule(), GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(),
-         ReductionRule(),         ElementwiseRule(), FallbackRule()]
+         ColumnReductionRule(), ReductionRule(), ElementwiseRule(), FallbackRule()]

@@ -1,0 +1,115 @@
+"""Column reductions: softmax, sum, max, mean over an axis that is *not* the innermost one.
+
+YOLOv8's distribution-focal-loss head takes ``Softmax(axis=1)`` of a ``[1, 16, 4, A]`` tensor (16 bins,
+A = 2100 anchors at 320x320).  :class:`.reduction.ReductionRule` schedules every reduction as a row
+reduction: one parallel loop over the kept axes and the reduced axis innermost, so each step reads 16
+values 33 KB apart and nothing vectorizes.  That kernel took 7.9-10 ms of a 15 ms model (measured alone,
+2 threads).  Here the reduced axis moves *outside* a chunk of the contiguous trailing axis instead: per
+chunk of 64 anchors, ``for k in 16: m[0:64] = max(m[0:64], x[k, 0:64])`` and the same for the exp-sum
+and the normalization, so every load is a contiguous vector and one chunk (16 x 64 floats) stays in L1:
+0.11 ms, the same values.
+
+Matches a fused function with an elementwise output whose reduction blocks all reduce over axes that are
+followed by a kept axis (``keepdims`` intermediates of the same rank as the output, all extents static);
+anything else goes on (a lone ``ReduceSum(axis=1)`` is a pooling window to :class:`.pool.PoolRule`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
+
+from .base import ScheduleRule
+from .common import blocks_of, ext, is_reduction, iter_kinds, try_inline
+
+if TYPE_CHECKING:
+    from ....targets.isa import IsaInfo
+
+#: contiguous elements per chunk: 4 vectors (64 floats with AVX-512); a 16-bin softmax chunk is 4 KB
+CHUNK_VECTORS = 4
+
+
+def _static_shape(buffer: Any) -> list[int] | None:
+    try:
+        return [int(s) for s in buffer.shape]
+    except TypeError:  # a symbolic extent
+        return None
+
+
+class ColumnReductionRule(ScheduleRule):
+    name = "column_reduction"
+
+    def matches(self, sch: Schedule, tinfo: IsaInfo) -> list[int] | None:
+        blocks = blocks_of(sch)
+        red = [b for b in blocks if is_reduction(sch, b)]
+        out = blocks[-1]
+        if not red or is_reduction(sch, out):  # a reduction as the output is a pooling window (PoolRule)
+            return None
+        out_shape = _static_shape(sch.get(out).writes[0].source)
+        if out_shape is None or len(out_shape) < 2:
+            return None
+        reduced: set[int] = set()
+        for b in red:
+            kinds = iter_kinds(sch, b)
+            ns = kinds.count("S")
+            if kinds != "S" * ns + "R" * (len(kinds) - ns):
+                return None
+            shape = _static_shape(sch.get(b).writes[0].source)
+            if shape is None or len(shape) != len(out_shape):
+                return None
+            axes = {i for i, (r, o) in enumerate(zip(shape, out_shape)) if r == 1 and o > 1}
+            if not axes:
+                return None
+            reduced |= axes
+        last = max(reduced)
+        if last >= len(out_shape) - 1 or out_shape[-1] < tinfo.vec_lanes:
+            return None  # the innermost axis is reduced (a row reduction) or too short to vectorize
+        return sorted(reduced)
+
+    def apply(self, sch: Schedule, reduced: list[int], tinfo: IsaInfo,
+              knobs: dict[str, Any] | None = None) -> Schedule:
+        blocks = blocks_of(sch)
+        for b in blocks[:-1]:  # fold single-use elementwise steps (x - max) into their consumer; exp stays
+            if not is_reduction(sch, b) and len(sch.get_consumers(b)) == 1:
+                try_inline(sch, b)
+        blocks = blocks_of(sch)
+        out = blocks[-1]
+        loops = sch.get_loops(out)
+        spatial = loops
+        chunk = tinfo.vec_lanes * CHUNK_VECTORS
+        inner_o, inner_i = sch.split(spatial[-1], [None, chunk]) if ext(sch, spatial[-1]) > chunk \
+            else (None, spatial[-1])
+        kept = [lp for i, lp in enumerate(spatial[:-1]) if i not in reduced]
+        outer = kept + ([inner_o] if inner_o is not None else [])
+        axis_loops = [lp for i, lp in enumerate(spatial[:-1]) if i in reduced]
+        sch.reorder(*outer, *axis_loops, inner_i)
+        par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        if ext(sch, par) > 1:
+            sch.parallel(par)
+        for b in reversed(blocks[:-1]):
+            sch.compute_at(b, par, preserve_unit_loops=True)
+        for b in blocks_of(sch):
+            if is_reduction(sch, b):
+                self._reduction_outside(sch, b, par)
+        for b in blocks_of(sch):  # contiguous lanes; a reduction's update may refuse (TVM's dataflow check)
+            loop = sch.get_loops(b)[-1]
+            if ext(sch, loop) is not None and ext(sch, loop) <= chunk:
+                try:
+                    sch.vectorize(loop)
+                except Exception:  # noqa: BLE001 - LLVM still vectorizes the plain loop
+                    pass
+        return sch
+
+    @staticmethod
+    def _reduction_outside(sch: Schedule, block: SBlockRV, par: Any) -> None:
+        """Under ``par``: the reduction loops first, the contiguous spatial loops inside, then the init split off."""
+        loops = sch.get_loops(block)
+        start = [sch.get(lp).same_as(sch.get(par)) for lp in loops].index(True) + 1
+        below = loops[start:]
+        n_red = iter_kinds(sch, block).count("R")
+        red, sp = below[len(below) - n_red:], below[:len(below) - n_red]
+        if sp:
+            sch.reorder(*red, *sp)
+        sch.decompose_reduction(block, red[0])
