@@ -111,6 +111,28 @@ def depthwise_ops(func: Any) -> set[int]:
             and int(call.args[1].ty.shape.values[1]) == 1}
 
 
+#: convs/matmuls with fewer output channels than this stay fp32 (see :func:`narrow_ops`)
+MIN_INT8_OUT_CHANNELS = 8
+
+
+def narrow_ops(func: Any) -> set[int]:
+    """Indices of the quantizable ops with fewer than :data:`MIN_INT8_OUT_CHANNELS` output channels.
+
+    The dot-product kernels pad the output channels to a full vector (16 int32 lanes on VNNI), so a conv
+    with one output channel computes 16x what it needs, and its int8 input costs a requantize pass fused
+    into whatever produces it.  The case that matters: a YOLOv8 DFL (softmax over 16 bins, then a fixed
+    16->1 1x1 conv) whose int8 conv ran at 7 GFLOP/s and dragged the requantize into the softmax kernel;
+    keeping it fp32 took yolo_style 320 int8 (2 threads) from 7.8 to 6.9 ms, same output.
+    """
+    out = set()
+    for i, (_b, call) in enumerate(graph.quantizable(func)):
+        shape = [int(v) for v in call.args[1].ty.shape.values]
+        channels = shape[0] if call.op.name == "relax.nn.conv2d" else shape[-1]
+        if channels < MIN_INT8_OUT_CHANNELS:
+            out.add(i)
+    return out
+
+
 def _smoothable_conv(w: np.ndarray, groups: int) -> bool:
     """Regular or depthwise (one filter per channel) convolutions: per-input-channel factors fold into W."""
     return groups == 1 or (w.shape[1] == 1 and groups == w.shape[0])
@@ -143,6 +165,7 @@ def quantize(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: 
     per value, so int8 buys no compute (the integer depthwise kernel is the exact fp32 one) and costs a
     requantize/dequantize around each; measured on MobileNetV2 (2 threads): 3.09 ms with int8 depthwise,
     2.24 ms with fp32 depthwise, same output cosine; on PP-OCRv4 rec it is also the most lossy layer kind.
+    Ops with fewer than :data:`MIN_INT8_OUT_CHANNELS` output channels stay fp32 too (:func:`narrow_ops`).
     """
     QuantizeOptions(kernel_dtype=kernel_dtype, bias_dtype=bias_dtype)  # validates
     if calib is not None and len(calib.ops) != len(graph.describe(mod["main"])):
@@ -150,6 +173,7 @@ def quantize(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: 
                          "calibrate again with reset=True.")
     if not quantize_depthwise:
         keep_fp32 = set(keep_fp32) | depthwise_ops(mod["main"])
+    keep_fp32 = set(keep_fp32) | narrow_ops(mod["main"])
     plans, effective = plan(mod, calib, activation_dtype=activation_dtype, per_channel=per_channel,
                             calib_method=calib_method, quant_type=quant_type, percentile=percentile,
                             keep_fp32=keep_fp32, smoothing=smoothing, bias_correction=bias_correction)
@@ -177,4 +201,4 @@ def quantize(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: 
     return rewrite(mod, plans), info
 
 
-__all__ = ["CALIB_METHODS", "QUANT_TYPES", "Calibration", "calibrate", "depthwise_ops", "plan", "quantize", "rewrite"]
+__all__ = ["CALIB_METHODS", "QUANT_TYPES", "Calibration", "calibrate", "depthwise_ops", "narrow_ops", "plan", "quantize", "rewrite"]

@@ -1,0 +1,176 @@
+"""forgekit int8 vs OpenVINO int8 (NNCF post-training quantization), same calibration samples, one process.
+
+    .venv/bin/python bench/bench_int8_openvino.py bench/models/yolo_style.onnx [--calib 16] [--calib-data DIR]
+        [--threads 2] [--runs 40] [--profile] [--preset performance|mixed] [--out /tmp/int8h]
+
+(a) forgekit: ``from_onnx`` -> ``calibrate(samples)`` -> ``quantize(per_channel=True)`` -> ``compile`` (with
+    ``--export-metadata``'s compile report, so ``forgekit bench ART --onnx M --profile`` can name kernels);
+(b) NNCF: ``nncf.quantize(core.read_model(M), nncf.Dataset(samples), preset=...)`` on the same samples;
+(c) forgekit int8, onnxruntime fp32, OpenVINO f32 and OpenVINO int8 timed in alternating blocks in this
+    process, ``threads`` each (``TVM_NUM_THREADS``, ``intra_op_num_threads``, ``INFERENCE_NUM_THREADS`` with
+    ``PERFORMANCE_HINT=LATENCY``);
+(d) cosine of every int8 output against onnxruntime fp32 on held-out inputs (and of the class-score rows
+    4: of a YOLO ``[1, 84, A]`` output), and the latency ratios.
+
+nncf and openvino are benchmark-only dependencies (``pip install nncf openvino``); forgekit never imports them.
+Samples are seeded uniform [0, 1) images (what a detector's preprocessing produces) unless ``--calib-data``
+names a folder of .npy files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def _samples(args: argparse.Namespace, shape: list[int], n: int, seed: int) -> list[np.ndarray]:
+    if args.calib_data and seed == 0:
+        files = sorted(Path(args.calib_data).glob("*.npy"))[:n]
+        return [np.load(f).astype(np.float32).reshape(shape) for f in files]
+    rng = np.random.default_rng(seed)
+    return [rng.random(shape, dtype=np.float32) for _ in range(n)]
+
+
+def _compare(name: str, outs: list[np.ndarray], ref: list[np.ndarray]) -> dict[str, float]:
+    res = {}
+    for i, (a, b) in enumerate(zip(outs, ref)):
+        res[f"{name}_out{i}_cos"] = _cos(a, b)
+        if b.ndim == 3 and b.shape[1] == 84:  # YOLO: rows 4.. are the sigmoid class scores
+            res[f"{name}_out{i}_cls_cos"] = _cos(a[:, 4:], b[:, 4:])
+            res[f"{name}_out{i}_cls_maxabs"] = float(np.abs(a[:, 4:] - b[:, 4:]).max())
+    return res
+
+
+def run(args: argparse.Namespace) -> dict:
+    import onnxruntime as ort
+    import openvino as ov
+
+    import forgekit as forge
+    from forgekit.runtime import Engine
+    from forgekit.runtime.stats import latency_stats
+
+    model = str(Path(args.model).absolute())
+    stem = Path(model).stem
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ir = forge.from_onnx(model)
+    shape = [d if isinstance(d, int) else 1 for d in ir.input_shapes[0]]
+    name = ir.input_names[0]
+    calib = _samples(args, shape, args.calib, 0)
+    held = _samples(args, shape, 4, 1)
+
+    # (a) forgekit int8
+    t0 = time.perf_counter()
+    ir.calibrate(calib)
+    ir.quantize(per_channel=True, calib_method=args.calib_method, quant_type="static")
+    from forgekit.targets import parse_target
+
+    art = ir.compile(target={**parse_target(args.target).target, "num-cores": args.threads},
+                     output_path=out / f"{stem}.int8", force_overwrite=True, export_metadata=True)
+    fk_s = time.perf_counter() - t0
+    # (b) NNCF
+    import nncf
+
+    core = ov.Core()
+    t0 = time.perf_counter()
+    preset = nncf.QuantizationPreset.PERFORMANCE if args.preset == "performance" else nncf.QuantizationPreset.MIXED
+    ov_int8 = nncf.quantize(core.read_model(model), nncf.Dataset(calib), preset=preset, subset_size=len(calib))
+    nncf_s = time.perf_counter() - t0
+    ov.save_model(ov_int8, str(out / f"{stem}.nncf_int8.xml"))
+    cfg = {"INFERENCE_NUM_THREADS": args.threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+    ov32 = core.compile_model(model, "CPU", cfg).create_infer_request()
+    ov8 = core.compile_model(ov_int8, "CPU", cfg).create_infer_request()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    engine = Engine(art.path)
+
+    # (d) accuracy on held-out inputs
+    acc: dict[str, list[float]] = {}
+    for x in held:
+        ref = sess.run(None, {name: x})
+        fk = [np.asarray(o) for o in engine.infer(x)]
+        r8 = ov8.infer({0: x})
+        ovo = [np.array(r8[o]) for o in ov8.model_outputs]
+        for k, v in {**_compare("forgekit_int8", fk, ref), **_compare("openvino_int8", ovo, ref)}.items():
+            acc.setdefault(k, []).append(v)
+    accuracy = {k: (min(v) if "cos" in k else max(v)) for k, v in acc.items()}
+
+    # (c) timing: alternating blocks
+    x = held[0]
+    feeds = {0: x}
+    fns = {"forgekit-int8": engine.prepared_call(x), "onnxruntime-fp32": lambda: sess.run(None, {name: x}),
+           "openvino-f32": lambda: ov32.infer(feeds), "openvino-int8": lambda: ov8.infer(feeds)}
+    for fn in fns.values():
+        for _ in range(5):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    while any(len(v) < args.runs for v in samples.values()):
+        for key, fn in fns.items():
+            time.sleep(0.05)  # lets the other runtimes' spinning threads go idle
+            for _ in range(min(5, args.runs - len(samples[key]))):
+                s = time.perf_counter()
+                fn()
+                samples[key].append((time.perf_counter() - s) * 1e3)
+    timing = {k: latency_stats(v) for k, v in samples.items()}
+    med = {k: v["median_ms"] for k, v in timing.items()}
+    rec = {"model": stem, "threads": args.threads, "calib": len(calib), "preset": args.preset, "loadavg": os.getloadavg(),
+           "median_ms": med, "min_ms": {k: v["min_ms"] for k, v in timing.items()},
+           "ratio_forgekit_int8_vs_openvino_int8": med["forgekit-int8"] / med["openvino-int8"],
+           "ratio_forgekit_int8_vs_openvino_f32": med["forgekit-int8"] / med["openvino-f32"],
+           "ratio_forgekit_int8_vs_onnxruntime_fp32": med["forgekit-int8"] / med["onnxruntime-fp32"],
+           "accuracy_vs_onnxruntime_fp32": accuracy, "quantize_compile_s": {"forgekit": fk_s, "nncf": nncf_s},
+           "artifact": str(art.path)}
+    print(f"{stem}  threads={args.threads}  calib={len(calib)}  loadavg={rec['loadavg']}")
+    for k in fns:
+        print(f"  {k:18s} median {med[k]:8.2f} ms   min {timing[k]['min_ms']:8.2f} ms")
+    print(f"  forgekit-int8 / openvino-int8 = {rec['ratio_forgekit_int8_vs_openvino_int8']:.2f}x   "
+          f"/ openvino-f32 = {rec['ratio_forgekit_int8_vs_openvino_f32']:.2f}x   "
+          f"/ onnxruntime-fp32 = {rec['ratio_forgekit_int8_vs_onnxruntime_fp32']:.2f}x")
+    for k, v in accuracy.items():
+        print(f"  {k:34s} {v:.5f}")
+    (out / f"{stem}.int8_openvino.json").write_text(json.dumps(rec, indent=2) + "\n")
+    if args.profile:
+        from forgekit.evaluate.bench import benchmark_artifact
+
+        res = benchmark_artifact(art.path, model, runs=args.runs, threads=args.threads, memory=False, profile=True)
+        print("  heaviest forgekit int8 kernels (separate profiling worker):")
+        for row in res.extra.get("profile", [])[:args.top]:
+            gf = f"{row['gflops']:7.1f} GFLOP/s" if row.get("gflops") else " " * 15
+            print(f"    {row['ms']:7.3f} ms {row['share'] * 100:5.1f}%  {gf}  x{row['calls']:<3d} {row.get('rule') or '-':16s} {row['name']}")
+    return rec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--calib", type=int, default=16, help="Calibration samples (seeded uniform [0, 1) images).")
+    parser.add_argument("--calib-data", default=None, help="A folder of .npy samples instead.")
+    parser.add_argument("--calib-method", default="percentile")
+    parser.add_argument("--preset", choices=("performance", "mixed"), default="performance")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--target", default="host")
+    parser.add_argument("--profile", action="store_true", help="Also print forgekit's heaviest int8 kernels.")
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--out", default="/tmp/int8h/bench")
+    args = parser.parse_args()
+    # thread pools read these when they start: before any runtime is imported
+    os.environ["TVM_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]  (tvm_ffi would import it: +250 MB)
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""int8 on YOLOv8-style detector pieces (bench/yolo_style.py): what the quantizer does with them, checked by
+real compiles against onnxruntime fp32 (cosine) on tiny models built here."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import forgekit
+from forgekit.quantize import MIN_INT8_OUT_CHANNELS, graph, narrow_ops
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def _model(nodes: list, inits: dict[str, np.ndarray], out_shape: list[int], size: int = 16) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                          [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _conv_silu(name: str, x: str, w: str, b: str, **attrs) -> list:
+    return [helper.make_node("Conv", [x, w, b], [f"{name}_c"], **attrs),
+            helper.make_node("Sigmoid", [f"{name}_c"], [f"{name}_s"]),
+            helper.make_node("Mul", [f"{name}_c", f"{name}_s"], [name])]
+
+
+def make_dfl(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+    """conv3x3/s2(3->16)+SiLU -> conv1x1(16->64) -> DFL: reshape [1, 4, 16, A], transpose to [1, 16, 4, A],
+    softmax over the 16 bins, fixed 1x1 conv 16->1 (weights 0..15: the expected bin) -> [1, 4, A]."""
+    rng = np.random.default_rng(seed)
+    a = (size // 2) ** 2
+    inits = {"w1": rng.standard_normal((16, 3, 3, 3)) * 0.4, "b1": rng.standard_normal(16) * 0.1,
+             "w2": rng.standard_normal((64, 16, 1, 1)) * 0.5, "b2": rng.standard_normal(64) * 0.1,
+             "wdfl": np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1),
+             "s1": np.array([1, 4, 16, a]), "s2": np.array([1, 4, a])}
+    nodes = [*_conv_silu("h", "images", "w1", "b1", pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["h", "w2", "b2"], ["box"]),
+             helper.make_node("Reshape", ["box", "s1"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Softmax", ["t"], ["p"], axis=1),
+             helper.make_node("Conv", ["p", "wdfl"], ["e"]),
+             helper.make_node("Reshape", ["e", "s2"], ["y"])]
+    m = _model(nodes, inits, [1, 4, a], size)
+    # Reshape's shapes must be int64 initializers
+    for init in m.graph.initializer:
+        if init.name in ("s1", "s2"):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.int64), init.name))
+    return m
+
+
+def _images(n: int, seed: int, size: int = 16) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.random((1, 3, size, size), dtype=np.float32) for _ in range(n)]
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+
+
+def test_narrow_output_convs_stay_fp32(tmp_path) -> None:
+    """The DFL's 16->1 conv would pad its one output channel to 16 int32 lanes and pull a requantize into the
+    softmax kernel: it stays fp32 (listed in fp32_ops), the wide convs go int8, the output matches."""
+    model = make_dfl()
+    ir = forgekit.from_onnx(model)
+    ops = graph.describe(ir.mod["main"])
+    narrow = narrow_ops(ir.mod["main"])
+    assert [ops[i].weight_shape[0] for i in sorted(narrow)] == [1] and MIN_INT8_OUT_CHANNELS > 1
+    ir.calibrate(_images(8, 0))
+    ir.quantize(per_channel=True, calib_method="percentile", quant_type="static")
+    info = ir.quantization
+    assert info["quantized_ops"] == 2 and info["fp32_ops"] == [ops[i].name for i in sorted(narrow)]
+    assert ir.mod.script().count('out_dtype="int32"') == 2
+    f = ir.get_inference_function("host")
+    for x in _images(3, 5):
+        assert cosine(f(x), _ort(model, x)) > 0.999
