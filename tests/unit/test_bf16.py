@@ -143,3 +143,61 @@ def test_verify_and_bench_judge_a_bf16_artifact_by_cosine(cnn_path, tmp_path) ->
     bench = benchmark_artifact(out, cnn_path, runs=2, warmup=0, memory=False)
     assert bench.outputs_match is True and bench.extra["min_cosine"] >= 0.999
     assert run_cli("bench", str(out), "--onnx", str(cnn_path), "-n", "2", "--no-memory").returncode == 0
+
+
+_GUARDED = r'''
+import ctypes, mmap, sys
+import numpy as np, tvm
+from tvm import relax
+from forgekit.backends import cpu
+
+PAGE = mmap.PAGESIZE
+shape = (1, 16, 16, 16)  # NHWC fp32: 16 KiB, whole pages, so the input ends where the second guard begins
+nbytes = int(np.prod(shape)) * 4
+buf = mmap.mmap(-1, nbytes + 2 * PAGE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+for start in (base, base + PAGE + nbytes):  # PROT_NONE pages right before and right after the input
+    assert libc.mprotect(start, PAGE, 0) == 0
+x_np = np.frombuffer(buf, np.float32, int(np.prod(shape)), offset=PAGE).reshape(shape)
+rng = np.random.default_rng(0)
+x_np[...] = rng.standard_normal(shape)
+w = rng.standard_normal((3, 3, 16, 32)).astype("float32")
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType(shape, "float32"))
+with bb.function("main", [x]):
+    with bb.dataflow():  # NHWC on the input itself: the bf16 prologue reads the guarded buffer
+        y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(w), padding=[1, 1], data_layout="NHWC",
+                                              kernel_layout="HWIO"))
+    bb.emit_func_output(y)
+target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
+ex = tvm.compile(bb.get(), target=target, relax_pipeline=cpu.cpu_pipeline(target, bf16=True))
+xt = tvm.runtime.from_dlpack(x_np)
+x_np[0, 0, 0, 0] += 1.0
+assert xt.numpy()[0, 0, 0, 0] == x_np[0, 0, 0, 0], "from_dlpack copied: the guard pages would not be tested"
+out = relax.VirtualMachine(ex, tvm.cpu())["main"](xt).numpy()
+ref = np.zeros((1, 16, 16, 32))
+xp = np.pad(x_np.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+for i in range(3):
+    for j in range(3):
+        ref += np.einsum("nhwc,co->nhwo", xp[:, i:i + 16, j:j + 16], w[i, j])
+cos = float((out.ravel() @ ref.ravel()) / np.linalg.norm(out) / np.linalg.norm(ref))
+print("cosine", cos)
+sys.exit(0 if cos >= 0.999 else 3)
+'''
+
+
+@needs_bf16
+def test_padded_prologue_reads_only_its_input(tmp_path) -> None:
+    """The padding prologue must not load outside its input: with Select, TVM dropped the index clamps under
+    the condition and loaded the rows above and below anyway (PP-OCRv4 det segfaulted in 'forgekit bench').
+    The input here sits between two PROT_NONE pages, so such a load crashes the child process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "guarded.py"
+    script.write_text(_GUARDED)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "cosine" in proc.stdout

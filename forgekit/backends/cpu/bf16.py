@@ -91,6 +91,16 @@ def round_bf16(w: np.ndarray) -> np.ndarray:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
+def _guarded(inside: Any, value: Any) -> Any:
+    """``value`` where ``inside``, else a bf16 zero (the padding), without reading outside the input.
+
+    Not ``Select``: TVM simplifies a Select's branches under its condition (``max(y - pt, 0)`` becomes
+    ``y - pt``) but evaluates both, so the vectorized prologue loaded the row above the input (and the one
+    below): PP-OCRv4 det segfaulted on ``vmovdqa64 -0xf180(%rcx)`` when its input lay at the start of a
+    mapping.  ``if_then_else`` loads only when the condition holds."""
+    return tvm.tirx.if_then_else(inside, value, tvm.tirx.const(0, "uint16"))
+
+
 def _ceil(a: int, b: int) -> int:
     return (a + b - 1) // b * b
 
@@ -130,8 +140,9 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
 
             def rounded(b: Any, y: Any, xx: Any, c: Any) -> Any:
                 inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
+                # clamped indices keep the region analysis inside the input
                 v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
-                return tvm.tirx.Select(inside, to_bf16(v), tvm.tirx.const(0, "uint16"))
+                return _guarded(inside, to_bf16(v))
             xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
             ry = te.reduce_axis((0, kh), "ry")
             rx = te.reduce_axis((0, kw), "rx")
@@ -172,8 +183,7 @@ def make_matmul_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
 
         def f(a: Any, wp: Any) -> Any:
             def rounded(*i: Any) -> Any:
-                v = to_bf16(a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))])
-                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(0, "uint16"))
+                return _guarded(i[-1] < k, to_bf16(a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))]))
             xs = te.compute((*lead, kp), rounded, name="data_bf16")
             r = te.reduce_axis((0, kp // RED), "rk")
             ri = te.reduce_axis((0, RED), "ri")
