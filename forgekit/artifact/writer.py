@@ -104,7 +104,11 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
     if model.quantization_report is not None:  # per-layer fp32-vs-int8 agreement (forgekit.quantize.report)
         (tmp / QUANT_REPORT_FILE).write_text(json.dumps(model.quantization_report, indent=2) + "\n")
     if options.export_metadata:
+        from ..runtime.stats import peak_rss_mb
+
+        # the process's peak so far: for `forgekit compile` (one model per process) the compile's peak memory
         data = {"operators": model.operators, "passes": report.passes, "seconds": report.seconds,
+                "peak_rss_mb": round(peak_rss_mb(), 1),
                 "schedule_rules": report.schedule_rules, "kernel_flops": report.kernel_flops, "tuning": report.tuning}
         (tmp / REPORT_FILE).write_text(json.dumps(data, indent=2) + "\n")
     written = json.loads((tmp / METADATA_FILE).read_text())

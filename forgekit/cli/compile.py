@@ -214,11 +214,12 @@ def _precision(name: str, float16: bool) -> str:
 def _summary(model: str, result: Any, opt_level: int) -> None:
     """The end of a compile: what was built, where, how big, which kernels, and where it runs."""
     from ..runtime.cpu import describe_features
+    from ..runtime.stats import peak_rss_mb
 
     meta = result.metadata
     build, library = meta["build"], meta["library"]
     print(f"compiled {model} for {build['target_name']} (opt level {opt_level}, {meta['model']['precision']}) "
-          f"in {build['compile_seconds']:.1f} s")
+          f"in {build['compile_seconds']:.1f} s, peak memory {peak_rss_mb():.0f} MB")
     print(f"artifact: {result.path}")
     print(f"library:  {result.library.name} ({library['size'] / 1e6:.1f} MB, sha256 {library['sha256'][:16]}…"
           f"{', encrypted' if library['encrypted'] else ''})")

@@ -167,11 +167,15 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
         kernels = _spawn({**job, "mode": "profile"}, threads, password)["kernels"] if profile else None
         fk = Timing(**timings["forgekit"])
         ort = Timing(**timings["onnxruntime"]) if "onnxruntime" in timings else None
+        peer_timings = {k: Timing(**timings[k]) for k in data.get("peers") or {}}
         if memory:
             fk.peak_rss_mb = _spawn({**job, "mode": "rss:forgekit"}, threads, password)["peak_rss_mb"]
             if ort is not None:
                 ort.peak_rss_mb = _spawn({**job, "mode": "rss:onnxruntime", "names": data["names"]},
                                          threads, password)["peak_rss_mb"]
+            for label, timing in peer_timings.items():  # each peer precision in its own process too
+                timing.peak_rss_mb = _spawn({**job, "mode": "rss:peer", "peer": data["peers"][label]["peer"],
+                                             "label": label}, threads, password)["peak_rss_mb"]
     return BenchResult(artifact=str(artifact), threads=threads, forgekit=fk, onnxruntime=ort,
                        compile_seconds=build.get("compile_seconds"), max_abs_error=data.get("max_abs_error"),
                        output_scale=data.get("output_scale"), outputs_match=data.get("outputs_match"),
@@ -179,7 +183,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        extra={**({"level": data["level"]} if data.get("level") else {}),
                               **({"min_cosine": data["min_cosine"]} if "min_cosine" in data else {}),
                               **({"profile": kernels} if kernels is not None else {})},
-                       peers={k: Timing(**timings[k]) for k in data.get("peers") or {}},
+                       peers=peer_timings,
                        peer_info=dict(data.get("peers") or {}))
 
 

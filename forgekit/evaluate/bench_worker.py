@@ -13,20 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..runtime.stats import peak_rss_mb
+
 #: seconds of sleep between timing blocks (lets spinning worker threads go idle)
 SETTLE_S = 0.05
 BLOCK = 5
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory.  VmHWM, not getrusage: ru_maxrss survives fork+exec, so a
-    worker started by a big parent would report the parent's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +42,15 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         feeds = reference.feeds(session, job["names"], arrays)
         for _ in range(3):
             session.run(None, feeds)
+        return {"peak_rss_mb": peak_rss_mb()}
+    if mode == "rss:peer":  # one peer runtime (one precision) alone in this process
+        from . import peers
+
+        with np.load(job["inputs_npz"]) as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        for run in peers.prepare(job["peer"], job["onnx"], job["threads"], arrays, label=job["label"]):
+            for _ in range(3):
+                run.call()
         return {"peak_rss_mb": peak_rss_mb()}
     if mode == "profile":  # per-kernel times, in its own process: the hook must not slow the timed runs
         from .profile import profile_engine
@@ -80,7 +80,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 fns[run.label] = run.call
                 # a peer running bf16/f16 is judged as forgekit's bf16 artifacts are: by cosine
                 reduced = MIN_COSINE.get({"bf16": "bfloat16", "f16": "float16"}.get(run.precision, ""))
-                result["peers"][run.label] = {"precision": run.precision, **compare_outputs(
+                result["peers"][run.label] = {"precision": run.precision, "peer": peer, **compare_outputs(
                     run.outputs, expected, job["rtol"], job["atol"], reduced)}
     runs, warmup = job["runs"], job["warmup"]
     for fn in fns.values():

@@ -46,3 +46,16 @@ def test_cli_prints_each_peer_and_the_ratio(convnet_compiled: Path, convnet_path
     assert re.search(r"^openvino-f32 +median", proc.stdout, re.M) and "x its latency" in proc.stdout, proc.stdout
     bad = run_cli("bench", str(convnet_compiled), "--onnx", str(convnet_path), "--peer", "tvmc")
     assert bad.returncode == 2 and len([ln for ln in bad.stderr.splitlines() if ln.strip()]) == 1, bad.stderr
+
+
+def test_each_runtime_peak_memory_is_probed_in_its_own_process(convnet_compiled: Path, convnet_path: Path) -> None:
+    """forgekit, onnxruntime and every peer precision get a peak-RSS figure; a peer's figure is of a process that
+    loaded that peer alone (OpenVINO at f32 and at its default precision each compile their own model)."""
+    result = benchmark_artifact(convnet_compiled, convnet_path, runs=2, warmup=0, threads=1, memory=True,
+                                peers=["openvino"])
+    assert result.forgekit.peak_rss_mb > 0 and result.onnxruntime.peak_rss_mb > 0
+    for label, timing in result.peers.items():
+        assert timing.peak_rss_mb is not None and timing.peak_rss_mb > 20, (label, timing)
+    proc = run_cli("bench", str(convnet_compiled), "--onnx", str(convnet_path), "--peer", "openvino", "-n", "2",
+                   "--threads", "1")
+    assert re.search(r"^openvino-f32 +median.*peak RSS \d+ MB", proc.stdout, re.M), proc.stdout
