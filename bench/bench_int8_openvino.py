@@ -48,6 +48,10 @@ def _compare(name: str, outs: list[np.ndarray], ref: list[np.ndarray]) -> dict[s
         res[f"{name}_out{i}_cos"] = _cos(a, b)
         if b.ndim == 3 and b.shape[1] == 84:  # YOLO: rows 4.. are the sigmoid class scores
             res[f"{name}_out{i}_cls_cos"] = _cos(a[:, 4:], b[:, 4:])
+            # random-weight scores sit near 0.5, where any cosine is ~1: compare the logits as well
+            logit = lambda p: np.log(np.clip(p, 1e-6, 1 - 1e-6) / np.clip(1 - p, 1e-6, 1))  # noqa: E731
+            res[f"{name}_out{i}_cls_logit_cos"] = _cos(logit(a[:, 4:]), logit(b[:, 4:]))
+            res[f"{name}_out{i}_box_cos"] = _cos(a[:, :4], b[:, :4])
             res[f"{name}_out{i}_cls_maxabs"] = float(np.abs(a[:, 4:] - b[:, 4:]).max())
     return res
 
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> dict:
     # (a) forgekit int8
     t0 = time.perf_counter()
     ir.calibrate(calib)
-    ir.quantize(per_channel=True, calib_method=args.calib_method, quant_type="static")
+    ir.quantize(args.activation_dtype, per_channel=True, calib_method=args.calib_method, quant_type="static")
     from forgekit.targets import parse_target
 
     art = ir.compile(target={**parse_target(args.target).target, "num-cores": args.threads},
@@ -125,14 +129,16 @@ def run(args: argparse.Namespace) -> dict:
                 samples[key].append((time.perf_counter() - s) * 1e3)
     timing = {k: latency_stats(v) for k, v in samples.items()}
     med = {k: v["median_ms"] for k, v in timing.items()}
-    rec = {"model": stem, "threads": args.threads, "calib": len(calib), "preset": args.preset, "loadavg": os.getloadavg(),
+    rec = {"model": stem, "threads": args.threads, "calib": len(calib), "preset": args.preset,
+           "activation_dtype": args.activation_dtype, "loadavg": os.getloadavg(),
            "median_ms": med, "min_ms": {k: v["min_ms"] for k, v in timing.items()},
            "ratio_forgekit_int8_vs_openvino_int8": med["forgekit-int8"] / med["openvino-int8"],
            "ratio_forgekit_int8_vs_openvino_f32": med["forgekit-int8"] / med["openvino-f32"],
            "ratio_forgekit_int8_vs_onnxruntime_fp32": med["forgekit-int8"] / med["onnxruntime-fp32"],
            "accuracy_vs_onnxruntime_fp32": accuracy, "quantize_compile_s": {"forgekit": fk_s, "nncf": nncf_s},
            "artifact": str(art.path)}
-    print(f"{stem}  threads={args.threads}  calib={len(calib)}  loadavg={rec['loadavg']}")
+    print(f"{stem}  threads={args.threads}  calib={len(calib)}  forgekit activations {args.activation_dtype}  "
+          f"loadavg={rec['loadavg']}")
     for k in fns:
         print(f"  {k:18s} median {med[k]:8.2f} ms   min {timing[k]['min_ms']:8.2f} ms")
     print(f"  forgekit-int8 / openvino-int8 = {rec['ratio_forgekit_int8_vs_openvino_int8']:.2f}x   "
@@ -158,6 +164,8 @@ def main() -> None:
     parser.add_argument("--calib", type=int, default=16, help="Calibration samples (seeded uniform [0, 1) images).")
     parser.add_argument("--calib-data", default=None, help="A folder of .npy samples instead.")
     parser.add_argument("--calib-method", default="percentile")
+    parser.add_argument("--activation-dtype", choices=("int8", "uint8"), default="int8",
+                        help="forgekit's activation dtype (uint8: asymmetric where the conv does not pad).")
     parser.add_argument("--preset", choices=("performance", "mixed"), default="performance")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=40)

@@ -82,3 +82,46 @@ def test_narrow_output_convs_stay_fp32(tmp_path) -> None:
     f = ir.get_inference_function("host")
     for x in _images(3, 5):
         assert cosine(f(x), _ort(model, x)) > 0.999
+
+
+def _conv1x1_module(x: np.ndarray, w: np.ndarray, padding: int):
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType(x.shape, str(x.dtype)))
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=padding, out_dtype="int32"))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@pytest.mark.parametrize(("x_dtype", "padding", "copies"), [("uint8", 0, False), ("uint8", 1, True), ("int8", 0, True)])
+def test_int8_conv_reads_unpadded_unshifted_input_in_place(x_dtype, padding, copies) -> None:
+    """VNNI wants uint8 data: a uint8 conv without padding (channels a multiple of 4) reads its activation
+    where it lies instead of first copying it into a padded/shifted staging buffer; with padding, or int8
+    data (+128), the staging copy stays.  Exact against numpy either way."""
+    import tvm
+    from tvm import relax
+
+    from forgekit.backends import cpu as schedules
+    from forgekit.backends.cpu.int8 import has_vnni
+    from forgekit.targets import parse_target
+
+    rng = np.random.default_rng(0)
+    lo, hi = (-128, 128) if x_dtype == "int8" else (0, 256)
+    x = rng.integers(lo, hi, (1, 8, 6, 7)).astype(x_dtype)
+    w = rng.integers(-127, 128, (32, 8, 1, 1)).astype(np.int8)
+    mod = _conv1x1_module(x, w, padding)
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4", "num-cores": 2})
+    lowered = schedules.cpu_pipeline(target)(mod)
+    assert ("data_u8" in lowered.script()) == copies
+    schedules.STATS.clear()
+    ex = tvm.compile(mod, target=target, relax_pipeline=schedules.cpu_pipeline(target))
+    assert "gemm_int8_vnni" in schedules.STATS.values()
+    if not has_vnni(parse_target("host").tvm_target()):
+        pytest.skip("this CPU has no AVX512-VNNI: checked the lowered module only")
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    ref = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.int64), xp)
+    np.testing.assert_array_equal(out, ref.astype(np.int32))

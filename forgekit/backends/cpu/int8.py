@@ -135,7 +135,12 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
                 v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
                 v = (v.astype("int32") + offset).astype(xd)
                 return tvm.tirx.Select(inside, v, tvm.tirx.const(offset, xd))
-            xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name=_stage_name(xd))
+            if offset == 0 and icp == ic and not any((pt, pl, pb, pr)):
+                # nothing to pad or shift: read the activation in place instead of copying it (a full
+                # pass over the input per conv; the uint8 1x1 convs of YOLOv8's C2f/SPPF/head)
+                xs = x
+            else:
+                xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name=_stage_name(xd))
             ry = te.reduce_axis((0, kh), "ry")
             rx = te.reduce_axis((0, kw), "rx")
             rc = te.reduce_axis((0, icp // RED), "rc")
