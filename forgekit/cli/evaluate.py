@@ -9,7 +9,7 @@ import typer
 
 from .. import log
 from ..errors import VerificationError
-from ..evaluate.compare import ATOL, RTOL
+from ..evaluate.compare import ATOL, NOISE_FACTOR, RTOL
 from .app import app, command
 from .options import (JsonOpt, KeyOpt, PasswordFileOpt, optional_model, password_if_encrypted, rpc_options,
                       write_json)
@@ -75,7 +75,9 @@ def bench(
               f"(max abs error {info['max_abs_error']:.2e})")
     if result.outputs_match is not None:
         how = (f"least cosine {result.extra['min_cosine']:.6f}, reduced-precision artifact; "
-               if "min_cosine" in result.extra else "")
+               if "min_cosine" in result.extra else
+               f"within {NOISE_FACTOR:g}x onnxruntime's own noise {result.extra['noise_floor']:.1e} (optimized vs "
+               "unoptimized graph) on this ill-conditioned output; " if "noise_floor" in result.extra else "")
         print(f"outputs       {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
               f"({how}max abs error {result.max_abs_error:.2e})")
     if "profile" in result.extra:

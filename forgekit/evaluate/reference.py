@@ -24,10 +24,12 @@ from ..log import first_line
 EXACT_INT8 = {"session.x64quantprecision": "1"}
 
 
-def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool = True) -> Any:
+def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool = True,
+            optimized: bool = True) -> Any:
     """An onnxruntime CPU session on ``onnx_model`` with ``threads`` intra-op threads (1: deterministic);
     ``exact``: int8 products without onnxruntime's saturating x86 path (see :data:`EXACT_INT8`), for a
-    reference to judge outputs by rather than a peer to time."""
+    reference to judge outputs by rather than a peer to time; ``optimized=False``: the graph as written, no
+    fusions (what :func:`noise_floor` compares the reference with)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -38,6 +40,8 @@ def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # its warnings are not the user's business
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     for key, value in (EXACT_INT8.items() if exact else ()):
         options.add_session_config_entry(key, value)
     try:
@@ -74,3 +78,18 @@ def run(sess: Any, fed: dict[str, Any], model: str = "the ONNX model") -> list[n
     except Exception as exc:  # onnxruntime raises its own exception types for bad feeds
         raise InputError(f"onnxruntime cannot run {model} on the artifact's inputs ({first_line(str(exc))}): is it "
                          "the model the artifact was compiled from?") from None
+
+
+def noise_floor(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray]) -> list[float]:
+    """Per output, the largest difference between the reference (``expected``, onnxruntime with its graph
+    optimizations) and onnxruntime running the graph as written: how far two correct fp32 evaluations of this
+    model on these inputs drift apart by summation order alone.
+
+    Outputs that are ill-conditioned for the inputs need it: PP-OCRv4 det on random pixels gives a saturated
+    probability map (max 2.1e-5), where onnxruntime disagrees with itself by 1.5e-7 (0.7 %); forgekit and
+    OpenVINO f32 differ from it by the same 1.4e-7, which a tolerance relative to the output's largest
+    magnitude (2e-9) calls wrong."""
+    plain = run(session(onnx_model, optimized=False), fed)
+    return [float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
+            if np.asarray(b).dtype.kind == "f" and np.asarray(a).shape == np.asarray(b).shape else 0.0
+            for a, b in zip(plain, expected)]

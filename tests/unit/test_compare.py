@@ -41,3 +41,47 @@ def test_the_cosine_still_catches_wrong_outputs() -> None:
     ints = np.arange(6)
     assert not compare("i", ints + 1, ints, min_cosine=0.99).ok  # integers stay exact
     assert cosine(np.zeros(3), np.zeros(3)) == 1.0
+
+
+def test_an_ill_conditioned_output_matches_within_the_references_own_noise() -> None:
+    """A saturated sigmoid map (max 2e-5, PP-OCRv4 det on random pixels): a 1.4e-7 reassociation difference
+    fails the scale-relative tolerance, passes next to onnxruntime's own 1.5e-7 noise, and a real error
+    (10x that) still fails."""
+    ref = np.full((1, 1, 64, 64), 2e-5, np.float32)
+    ref[0, 0, 0, 0] = 2.1e-5
+    close = ref + np.float32(1.4e-7)
+    assert not compare("map", close, ref).ok
+    judged = compare("map", close, ref, noise=1.5e-7)
+    assert judged.ok and "onnxruntime's own noise 1.5e-07" in judged.line()
+    assert not compare("map", ref + np.float32(1.5e-6), ref, noise=1.5e-7).ok
+    both = compare_outputs([close], [ref], 1e-3, 1e-4, noise=[1.5e-7])
+    assert both["outputs_match"] and both["noise_floor"] == 1.5e-7
+
+
+def test_the_noise_floor_is_onnxruntimes_disagreement_with_itself(tmp_path) -> None:
+    """Conv + BatchNorm: onnxruntime folds the BatchNorm into the weights when optimizing, so the two graphs
+    round differently (a floor above 0 but tiny); a lone Relu has nothing to fuse (floor 0)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from forgekit.evaluate import reference
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+             *(numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), n) for n in ("s", "v")),
+             *(numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), n) for n in ("b", "m"))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])
+    graph = helper.make_graph(nodes, "cbn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "cbn.onnx")
+    fed = {"x": rng.standard_normal((1, 8, 32, 32)).astype(np.float32)}
+    expected = reference.run(reference.session(tmp_path / "cbn.onnx"), fed)
+    floor = reference.noise_floor(tmp_path / "cbn.onnx", fed, expected)[0]
+    assert 0 < floor < 1e-4 * np.abs(expected[0]).max(), floor
+    relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(relu, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "relu.onnx")
+    expected = reference.run(reference.session(tmp_path / "relu.onnx"), fed)
+    assert reference.noise_floor(tmp_path / "relu.onnx", fed, expected) == [0.0]
