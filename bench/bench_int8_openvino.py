@@ -52,6 +52,7 @@ def _compare(name: str, outs: list[np.ndarray], ref: list[np.ndarray]) -> dict[s
             logit = lambda p: np.log(np.clip(p, 1e-6, 1 - 1e-6) / np.clip(1 - p, 1e-6, 1))  # noqa: E731
             res[f"{name}_out{i}_cls_logit_cos"] = _cos(logit(a[:, 4:]), logit(b[:, 4:]))
             res[f"{name}_out{i}_box_cos"] = _cos(a[:, :4], b[:, :4])
+            res[f"{name}_out{i}_box_maxabs_px"] = float(np.abs(a[:, :4] - b[:, :4]).max())
             res[f"{name}_out{i}_cls_maxabs"] = float(np.abs(a[:, 4:] - b[:, 4:]).max())
     return res
 

@@ -67,8 +67,9 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 
 def test_narrow_output_convs_stay_fp32(tmp_path) -> None:
-    """The DFL's 16->1 conv would pad its one output channel to 16 int32 lanes and pull a requantize into the
-    softmax kernel: it stays fp32 (listed in fp32_ops), the wide convs go int8, the output matches."""
+    """The DFL's 16->1 conv would pad its one output channel to 16 int32 lanes and round the softmax
+    probabilities to 1/127 steps: it stays fp32 (listed in fp32_ops), the wide convs go int8, and the
+    expected bins stay within 0.25 bin of onnxruntime's (measured: 0.076 with the DFL conv fp32, 0.70 int8)."""
     model = make_dfl()
     ir = forgekit.from_onnx(model)
     ops = graph.describe(ir.mod["main"])
@@ -81,7 +82,8 @@ def test_narrow_output_convs_stay_fp32(tmp_path) -> None:
     assert ir.mod.script().count('out_dtype="int32"') == 2
     f = ir.get_inference_function("host")
     for x in _images(3, 5):
-        assert cosine(f(x), _ort(model, x)) > 0.999
+        y, ref = f(x), _ort(model, x)
+        assert cosine(y, ref) > 0.999 and np.abs(y - ref).max() < 0.25
 
 
 def _conv1x1_module(x: np.ndarray, w: np.ndarray, padding: int):
