@@ -82,20 +82,53 @@ def test_bf16_artifact_matches_fp32_onnxruntime(cnn_path, tmp_path) -> None:
         assert not np.allclose(actual, expected, rtol=1e-6, atol=1e-6)
 
 
+def _convnet(channels: int, batch: int | str = "N", ic: int = 3, k: int = 3) -> onnx.ModelProto:
+    """Conv(ic->channels, kxk)+bias -> Relu -> GlobalAveragePool -> Flatten -> Gemm(channels->10)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((channels, ic, k, k)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(channels) * 0.1).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal((10, channels)).astype(np.float32), "fw"),
+             numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fb")]
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["c"], pads=[k // 2] * 4),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]), helper.make_node("Gemm", ["f", "fw", "fb"], ["out"], transB=1)]
+    graph = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                               [batch, ic, 16, 16])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [batch, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 @x86_only
-def test_symbolic_batch(convnet_path, tmp_path) -> None:
+def test_symbolic_batch(tmp_path) -> None:
     """A symbolic batch: the conv runs in bf16 (serially: the kernel is small, see gemm_bf16._parallel_ok), the
     matmul over the symbolic rows stays fp32."""
-    result = forge.from_onnx(convnet_path).compile(target=ZNVER4, output_path=tmp_path / "dyn", set_bfloat16=True,
-                                                   export_metadata=True)
+    onnx.save(_convnet(16), tmp_path / "convnet.onnx")
+    result = forge.from_onnx(tmp_path / "convnet.onnx").compile(target=ZNVER4, output_path=tmp_path / "dyn",
+                                                                set_bfloat16=True, export_metadata=True)
     rules = json.loads((result.path / "compile_report.json").read_text())["schedule_rules"]
     assert [k for k, v in rules.items() if v == "gemm_bf16"] == ["fused_conv2d_bf16_add_relu"], rules
     if "avx512bf16" in host_features():
         engine = Engine(result.path)
         for batch in (1, 3):
             x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
-            expected = ort_run(onnx.load(convnet_path), {"input": x})[0]
+            expected = ort_run(tmp_path / "convnet.onnx", {"input": x})[0]
             assert _cosine(engine.infer(x)[0], expected) >= 0.999
+
+
+@x86_only
+@pytest.mark.parametrize("channels, ic, k, bf16", [(8, 3, 3, False), (16, 12, 1, False), (16, 3, 3, True),
+                                                   (16, 24, 1, True)])
+def test_small_convs_stay_fp32(tmp_path, channels, ic, k, bf16) -> None:
+    """Convs with at most 8 output channels (16 lanes computed for 8) or under 20 products per output (1x1
+    over 12 channels) keep the fp32 kernel, which was faster there (bf16.MIN_CHANNELS, MIN_PRODUCTS)."""
+    onnx.save(_convnet(channels, 1, ic, k), tmp_path / "m.onnx")
+    result = forge.from_onnx(tmp_path / "m.onnx").compile(target=ZNVER4, output_path=tmp_path / "a",
+                                                          set_bfloat16=True, export_metadata=True)
+    rules = json.loads((result.path / "compile_report.json").read_text())["schedule_rules"]
+    assert [k for k, v in rules.items() if "conv" in k and v == "gemm_bf16"] == (["fused_conv2d_bf16_add_relu"]
+                                                                             if bf16 else []), rules
 
 
 @x86_only
@@ -201,3 +234,50 @@ def test_padded_prologue_reads_only_its_input(tmp_path) -> None:
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     assert "cosine" in proc.stdout
+
+
+def _nhwc_conv(h: int, ic: int, oc: int, k: int) -> tuple:
+    import tvm  # noqa: F401
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((k, k, ic, oc)) / np.sqrt(ic * k * k)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, h, h, ic), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.relu(relax.op.nn.conv2d(x, relax.const(w), padding=[k // 2] * 2,
+                                                                   data_layout="NHWC", kernel_layout="HWIO")))
+        bb.emit_func_output(y)
+    return bb.get(), w
+
+
+@x86_only
+@pytest.mark.parametrize("ic, oc, k, inner", [(24, 96, 1, True), (64, 256, 1, True), (256, 256, 3, False)])
+def test_tile_loop_order_follows_weight_size(ic, oc, k, inner) -> None:
+    """Weights up to 512 KiB: pixel tiles outer, channel blocks inner (rules.gemm_bf16.channels_inner); bigger
+    weights (3x3 256->256: 1.2 MiB) keep a channel block over all pixels.  Both orders compute the conv."""
+    import tvm
+    from tvm import relax
+
+    from forgekit.backends import cpu
+    from forgekit.backends.cpu import fusion_passes
+    from forgekit.backends.cpu.registry import ApplyRules
+
+    mod, w = _nhwc_conv(8, ic, oc, k)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
+    with target:
+        scheduled = tvm.transform.Sequential([*fusion_passes(target, True, True, True, True), ApplyRules(target)])(mod)
+    import re
+
+    names = [m for gv, func in scheduled.functions.items() if "conv2d_bf16" in gv.name_hint
+             for m in re.findall(r"for (\w+) in T\.\w+\([^\n]*pragma_import_llvm", func.script())]
+    assert len(names) == 1, names  # the tile loop, which links the vdpbf16ps helper
+    assert names[0].endswith("ff_0_fused") == inner and names[0].startswith("ff_0") != inner, names
+    if "avx512bf16" in host_features():
+        ex = tvm.compile(mod, target=target, relax_pipeline=cpu.cpu_pipeline(target, bf16=True))
+        x = np.random.default_rng(1).standard_normal((1, 8, 8, ic)).astype("float32")
+        out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        xp = np.pad(x.astype(np.float64), ((0, 0), (k // 2, k // 2), (k // 2, k // 2), (0, 0)))
+        ref = sum(np.einsum("nhwc,co->nhwo", xp[:, i:i + 8, j:j + 8], w[i, j]) for i in range(k) for j in range(k))
+        assert _cosine(out, np.maximum(ref, 0)) >= 0.999
