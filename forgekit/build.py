@@ -21,6 +21,15 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class Lowered:
+    """One target's executable and, when its constants were lifted out of it (artifact builds for CPUs at opt
+    level 3-4, :mod:`forgekit.backends.cpu.weights`), the weights its library must embed."""
+
+    executable: Any
+    weights: Any = None  # a forgekit.backends.cpu.weights.WeightStore
+
+
+@dataclass
 class TuningSetup:
     """Tuning requested for a build: ``trials`` new measurements (0: only reuse records) appended to every
     folder of ``folders`` (the artifact's ``optimization_artifacts`` and the shared cache)."""
@@ -73,18 +82,19 @@ def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precisio
     the terminal (:mod:`forgekit.log`); any TVM failure is one :class:`CompileError` line.
     """
     return build_executables(mod, [spec], opt_level=opt_level, precision=precision, layout=layout, report=report,
-                             tuning=tuning)[0]
+                             tuning=tuning)[0].executable
 
 
 def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, precision: str = "float32",
                       layout: str | None = None, report: BuildReport | None = None,
                       tuning: TuningSetup | None = None, tuned: int = 0,
-                      labels: list[str] | None = None) -> list[Any]:
+                      labels: list[str] | None = None, external_weights: bool = False) -> list[Lowered]:
     """:func:`build_executable` for several CPU targets of one model (the levels of a portable target): the
     graph passes run once (they do not depend on the target), the lowering and codegen once per target.
     ``tuning`` applies to ``specs[tuned]`` only (the level this machine runs and can measure).  ``report``
     gets the first target's schedule rules and the summed lowering time; ``labels`` name the targets in
-    progress reports (the level names of a portable target)."""
+    progress reports (the level names of a portable target).  ``external_weights``: lift the large constants
+    out of CPU executables scheduled by forgekit (the library must then embed them: ``Lowered.weights``)."""
     import tvm
 
     from .backends.pipeline import uses_cpu_schedules
@@ -112,7 +122,8 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
                 label = labels[index] if labels else spec.name
                 progress.report(f"lowering for {label}" + (f" ({index + 1} of {len(specs)})" if len(specs) > 1 else ""))
                 executables.append(_lower(mod, spec, opt_level, report, tuning if index == tuned else None,
-                                          rules=index == 0, bf16=precision == "bfloat16"))
+                                          rules=index == 0, bf16=precision == "bfloat16",
+                                          external_weights=external_weights))
     except ForgekitError:
         raise
     except Exception as exc:
@@ -133,7 +144,7 @@ def check_bf16(specs: list[TargetSpec], opt_level: int, scheduled: bool) -> None
 
 
 def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuning: TuningSetup | None,
-           rules: bool, bf16: bool = False) -> Any:
+           rules: bool, bf16: bool = False, external_weights: bool = False) -> Lowered:
     """The backend's lowering pipeline and codegen of a graph-optimised module for one target."""
     import tvm
 
@@ -147,8 +158,13 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
         STATS.clear()
         FLOPS.clear()
     database = _tune(mod, target, tuning, report, bf16) if tuning is not None else None
+    weights = None
+    if scheduled and external_weights:
+        from .backends.cpu.weights import WeightStore
+
+        weights = WeightStore()
     pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database,
-                                  bf16=bf16)
+                                  bf16=bf16, weights=weights)
     start = time.perf_counter()
     with target, _device_compiler(spec, opt_level):
         executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
@@ -157,7 +173,7 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
     if scheduled and rules:
         report.schedule_rules = dict(sorted(STATS.items()))
         report.kernel_flops = dict(sorted(FLOPS.items()))
-    return executable
+    return Lowered(executable, weights if weights is not None and weights.arrays else None)
 
 
 #: TVM messages that mean "a shape could not be resolved" -> what the user can do about it

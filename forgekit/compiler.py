@@ -59,7 +59,7 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
         built = build_executables(mod, [v.spec for v in levels], labels=[v.name or v.spec.name for v in levels],
                                   opt_level=options.opt_level,
                                   precision=options.precision, layout=options.layout, report=report, tuning=tuning,
-                                  tuned=tuned)
+                                  tuned=tuned, external_weights=True)
         if report.tuning is not None and levels[tuned].name:
             report.tuning["level"] = levels[tuned].name  # the other levels keep forgekit's default schedules
         executables = list(zip(levels, built))

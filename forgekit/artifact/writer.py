@@ -8,6 +8,8 @@ and the options.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import shutil
 import time
@@ -45,15 +47,22 @@ class CompileResult:
 
 
 def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Callable[..., Any] | None,
-                 opt_level: int) -> None:
-    """``export_library`` with the family's linker and export options; one line when linking fails."""
+                 opt_level: int, weights: Any = None) -> None:
+    """``export_library`` with the family's linker and export options, embedding ``weights`` (a
+    :class:`~forgekit.backends.cpu.weights.WeightStore`) when given; one line when linking fails."""
     try:
         progress.report(f"linking {library.name}")
         options = spec.family_impl.export_options(spec, opt_level)
-        if fcompile is None:
-            executable.export_library(str(library), **options)
-        else:
-            executable.export_library(str(library), fcompile=fcompile, **options)
+        with contextlib.ExitStack() as stack:
+            if weights is not None:
+                from ..backends.cpu.weights import scratch_dir, with_sources
+
+                scratch = Path(stack.enter_context(scratch_dir()))
+                fcompile = with_sources(fcompile, weights.sources(scratch, spec.arch))
+            if fcompile is None:
+                executable.export_library(str(library), **options)
+            else:
+                executable.export_library(str(library), fcompile=fcompile, **options)
     except ForgekitError:
         raise
     except Exception as exc:  # the linker's output is long; its last error line says what broke
@@ -77,8 +86,8 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
     files = [(v, tmp / (LIBRARY_FILE if i == len(executables) - 1 else variant_file(v.name)))
              for i, (v, _) in enumerate(executables)]
     t_export = time.perf_counter()
-    for (variant, path), (_, executable) in zip(files, executables):
-        link_library(executable, path, variant.spec, fcompile, options.opt_level)
+    for (variant, path), (_, lowered) in zip(files, executables):
+        link_library(lowered.executable, path, variant.spec, fcompile, options.opt_level, lowered.weights)
     report.seconds["export"] = round(time.perf_counter() - t_export, 3)
     artifact_uuid = options.uuid or str(_uuid.uuid4())
     if options.encrypt_password is not None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .registry import RecordQuery
+    from .weights import WeightStore
 
 __all__ = ["ApplyRules", "RULES", "STATS", "cpu_pipeline", "fusion_passes", "preprocess"]
 _LAZY = {"ApplyRules": ".registry", "STATS": ".registry", "RULES": ".rules"}
@@ -94,11 +95,12 @@ def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pa
 
 
 def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True,
-                 database: RecordQuery | None = None, bf16: bool = False) -> Any:
+                 database: RecordQuery | None = None, bf16: bool = False, weights: WeightStore | None = None) -> Any:
     """A Relax pipeline (a ``tvm.transform.Pass``) for ``tvm.compile(..., relax_pipeline=...)``.
 
     Relax prefix -> legalize + fuse -> schedule rules on every fused PrimFunc (or the best tuning record in
-    ``database``) -> the stock Relax CPU lowering passes.
+    ``database``) -> the stock Relax CPU lowering passes.  ``weights``: lift the large constants into it
+    (:mod:`.weights`; the executable then needs the library that :meth:`WeightStore.sources` completes).
     """
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
@@ -113,6 +115,7 @@ def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = Tr
             *fusion_passes(tgt, use_nhwc, fast_math, pack_weights, bf16),
             ApplyRules(tgt, database=database),
             serial_when_small(),
+            *([weights.lift_pass()] if weights is not None else []),
             *cpu_generic.dataflow_lower_passes(tgt),
             *cpu_generic.finalize_passes(tgt),
         ])
