@@ -24,6 +24,7 @@ from . import graph
 from .calibrate import Calibration, calibrate
 from .ranges import threshold
 from .rewrite import OpPlan, rewrite
+from .slices import split_to_slices
 
 if TYPE_CHECKING:
     import tvm
@@ -199,7 +200,8 @@ def quantize(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: 
     }
     if calib_method == "percentile" and effective == "static":
         info["percentile"] = percentile
-    return rewrite(mod, plans), info
+    # after the rewrite every split part feeds a requantize (or a concat that does): slices fuse into them
+    return split_to_slices(rewrite(mod, plans)), info
 
 
 __all__ = ["CALIB_METHODS", "QUANT_TYPES", "Calibration", "calibrate", "depthwise_ops", "narrow_ops", "plan", "quantize", "rewrite"]

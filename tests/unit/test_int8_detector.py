@@ -3,6 +3,9 @@ real compiles against onnxruntime fp32 (cosine) on tiny models built here."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -127,3 +130,43 @@ def test_int8_conv_reads_unpadded_unshifted_input_in_place(x_dtype, padding, cop
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     ref = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.int64), xp)
     np.testing.assert_array_equal(out, ref.astype(np.int32))
+
+
+def make_c2f(seed: int = 1, size: int = 16) -> onnx.ModelProto:
+    """YOLOv8's C2f: conv1x1(3->32)+SiLU, Split into halves, a 3x3 conv+SiLU on the second half,
+    Concat(first, second, bottleneck) -> conv1x1(48->16)+SiLU."""
+    rng = np.random.default_rng(seed)
+    inits = {"w1": rng.standard_normal((32, 3, 1, 1)) * 0.5, "b1": rng.standard_normal(32) * 0.1,
+             "w2": rng.standard_normal((16, 16, 3, 3)) * 0.1, "b2": rng.standard_normal(16) * 0.1,
+             "w3": rng.standard_normal((16, 48, 1, 1)) * 0.2, "b3": rng.standard_normal(16) * 0.1,
+             "sp": np.array([16, 16])}
+    nodes = [*_conv_silu("a", "images", "w1", "b1"),
+             helper.make_node("Split", ["a", "sp"], ["y0", "y1"], axis=1),
+             *_conv_silu("m", "y1", "w2", "b2", pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["y0", "y1", "m"], ["cat"], axis=1),
+             *_conv_silu("y", "cat", "w3", "b3")]
+    m = _model(nodes, inits, [1, 16, size, size], size)
+    for init in m.graph.initializer:
+        if init.name == "sp":
+            init.CopyFrom(numpy_helper.from_array(np.array([16, 16], np.int64), "sp"))
+    return m
+
+
+def test_split_parts_become_slices_that_fuse_into_requantize(tmp_path) -> None:
+    """After quantization a Split's parts only feed requantizes and concats: the split (a kernel that copies
+    both fp32 halves) becomes a strided_slice at every use, which FuseOps folds into those kernels, or
+    nothing where a concat takes the parts in order; no kernel of the compiled model only slices."""
+    model = make_c2f()
+    ir = forgekit.from_onnx(model)
+    assert "R.split(" in ir.mod.script()
+    ir.calibrate(_images(8, 0))
+    ir.quantize(per_channel=True, calib_method="percentile", quant_type="static")
+    script = ir.mod.script()
+    # the bottleneck reads a slice; the concat of both halves in order reads the conv output itself
+    assert "R.split(" not in script and script.count("R.strided_slice(") == 1
+    art = ir.compile(target="host", output_path=tmp_path / "c2f", export_metadata=True)
+    kernels = json.loads((Path(art.path) / "compile_report.json").read_text())["schedule_rules"]
+    assert not [k for k in kernels if k.startswith("split") or k.startswith("strided_slice")], kernels
+    f = ir.get_inference_function("host")
+    for x in _images(3, 5):
+        assert cosine(f(x), _ort(model, x)) > 0.999
