@@ -151,6 +151,10 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
         packed = np.ascontiguousarray(
             wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
 
+        # a 1x1 stride-2 downsample (ResNet-50: 56x56x256, 28x28x512, 14x14x1024) rounded its whole input,
+        # 4x the pixels it reads
+        subsample = kh == kw == 1 and (sh, sw) != (1, 1) and pt == pl == pb == pr == 0
+
         def f(x: Any, wp: Any) -> Any:
             nb = x.shape[0]  # the placeholder's own batch (a symbolic one is a fresh var of this function)
 
@@ -159,7 +163,12 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
                 # clamped indices keep the region analysis inside the input
                 v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
                 return _guarded(inside, to_bf16(v))
-            xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
+            if subsample:  # a strided 1x1 reads one pixel in sh * sw: round only those
+                xs = te.compute((nb, oh, ow, icp), lambda b, y, xx, c: rounded(b, y * sh, xx * sw, c),
+                                name="data_bf16")
+            else:
+                xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
+            ys, xs_ = (1, 1) if subsample else (sh, sw)
             ry = te.reduce_axis((0, kh), "ry")
             rx = te.reduce_axis((0, kw), "rx")
             rc = te.reduce_axis((0, icp // RED), "rc")
@@ -167,7 +176,7 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
             acc = te.compute(
                 (nb, oh, ow, ocp),
                 lambda b, y, xx, ff: te.sum(
-                    from_bf16(xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri])
+                    from_bf16(xs[b, y * ys + ry * dh, xx * xs_ + rx * dw, rc * RED + ri])
                     * from_bf16(wp[ff // LANES, ry, rx, rc, ff % LANES, ri]), axis=[ry, rx, rc, ri]),
                 name="conv2d_nhwc_bf16")
             if ocp == oc:
