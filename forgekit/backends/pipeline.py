@@ -17,8 +17,8 @@ def lowering_pipeline(opt_level: int, target: Any, *, is_cpu: bool, is_cuda: boo
     CPU from level 3: :func:`.cpu.cpu_pipeline` (NHWC, packed weights and a scheduled loop nest for every
     fused kernel; without it TVM's CPU output is 10-40x slower than onnxruntime), with tuning records
     from ``database``; ``bf16``: conv2d/matmul in bf16 (:mod:`.cpu.bf16`); ``weights``: a
-    :class:`.cpu.weights.WeightStore` the large constants are lifted into (CPU levels 3-4 only).  Level 2 (and GPUs): TVM's
-    default pipeline with fusion (DLight on GPUs).  Below: unfused (on GPUs still DLight-scheduled,
+    :class:`.cpu.weights.WeightStore` the large constants are lifted into (CPU levels 3-4 only).  Level 2
+    (and GPUs): TVM's default pipeline with fusion (DLight on GPUs).  Below: unfused (on GPUs still DLight-scheduled,
     :func:`.cuda.pipeline.unfused_pipeline`).
     """
     from tvm import relax
