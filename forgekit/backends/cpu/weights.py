@@ -8,8 +8,9 @@ BERT-style encoder at 133 MB against 96 MB.
 
 Here the large constants of the artifact's ``main`` are lifted out of the executable before VM codegen: each
 becomes ``R.call_pure_packed("forgekit_weight", i)``, and the model library gets a small C function of
-that name (TVM-FFI's ``__tvm_ffi_<name>`` calling convention, found by the VM among the library's symbols like any kernel) returning a tensor that *points into* the library's read-only data, where
-the packed weights are stored 64-byte aligned (``.incbin``).  No copy is ever made: the weights are the
+that name (TVM-FFI's ``__tvm_ffi_<name>`` calling convention, found by the VM among the library's
+symbols like any kernel) returning a tensor that *points into* the library's read-only data, where the
+packed weights are stored 64-byte aligned (``.incbin``).  No copy is ever made: the weights are the
 library's file-backed pages (for an encrypted artifact, the pages of its decrypted memory file), loaded
 once, shared by every engine of the same file.  The tensor objects are created on the first call and
 cached, so a call costs a reference-count increment (about 0.1 us; ResNet-50 makes 161 per inference).
