@@ -170,3 +170,65 @@ def test_split_parts_become_slices_that_fuse_into_requantize(tmp_path) -> None:
     f = ir.get_inference_function("host")
     for x in _images(3, 5):
         assert cosine(f(x), _ort(model, x)) > 0.999
+
+
+_GUARDED = r'''
+import ctypes, mmap, sys
+import numpy as np, tvm
+from tvm import relax
+from forgekit.backends import cpu
+
+dtype = sys.argv[1]
+PAGE = mmap.PAGESIZE
+shape = (1, 16, 16, 16)  # NHWC int8: 4 KiB, whole pages, so the input ends where the second guard begins
+nbytes = int(np.prod(shape))
+buf = mmap.mmap(-1, nbytes + 2 * PAGE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+for start in (base, base + PAGE + nbytes):  # PROT_NONE pages right before and right after the input
+    assert libc.mprotect(start, PAGE, 0) == 0
+x_np = np.frombuffer(buf, dtype, nbytes, offset=PAGE).reshape(shape)
+rng = np.random.default_rng(0)
+lo, hi = (-128, 128) if dtype == "int8" else (0, 256)
+x_np[...] = rng.integers(lo, hi, shape)
+w = rng.integers(-127, 128, (3, 3, 16, 32)).astype("int8")
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType(shape, dtype))
+with bb.function("main", [x]):
+    with bb.dataflow():  # NHWC on the input itself: the int8 prologue reads the guarded buffer
+        y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(w), padding=[1, 1], data_layout="NHWC",
+                                              kernel_layout="HWIO", out_dtype="int32"))
+    bb.emit_func_output(y)
+target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
+ex = tvm.compile(bb.get(), target=target, relax_pipeline=cpu.cpu_pipeline(target))
+xt = tvm.runtime.from_dlpack(x_np)
+out = relax.VirtualMachine(ex, tvm.cpu())["main"](xt).numpy()
+ref = np.zeros((1, 16, 16, 32), np.int64)
+xp = np.pad(x_np.astype(np.int64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+for i in range(3):
+    for j in range(3):
+        ref += np.einsum("nhwc,co->nhwo", xp[:, i:i + 16, j:j + 16], w[i, j].astype(np.int64))
+print("exact", bool((out == ref).all()))
+sys.exit(0 if (out == ref).all() else 3)
+'''
+
+
+@pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
+def test_padded_int8_prologue_reads_only_its_input(tmp_path, x_dtype) -> None:
+    """The padding/shift prologue of the VNNI conv must not load outside its input: with Select, TVM drops
+    the index clamps under the condition and still evaluates the load (the bf16 prologue segfaulted on
+    PP-OCRv4 det this way).  The input sits between two PROT_NONE pages: such a load kills the child."""
+    import subprocess
+    import sys
+
+    from forgekit.backends.cpu.int8 import has_vnni
+    from forgekit.targets import parse_target
+
+    if not has_vnni(parse_target("host").tvm_target()):
+        pytest.skip("this CPU has no AVX512-VNNI")
+    script = tmp_path / "guarded.py"
+    script.write_text(_GUARDED)
+    proc = subprocess.run([sys.executable, str(script), x_dtype], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "exact True" in proc.stdout

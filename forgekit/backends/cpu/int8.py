@@ -94,6 +94,16 @@ def is_int8_call(call: Any) -> bool:
             and str(weight.ty.dtype) == "int8")
 
 
+def _guarded(inside: Any, value: Any, pad: int, dtype: str) -> Any:
+    """``value`` where ``inside``, else ``pad`` (the shifted zero), without reading outside the input.
+
+    Not ``Select``: TVM simplifies a Select's branches under its condition (the index clamps vanish) but
+    evaluates both, so the vectorized prologue loaded the rows above and below the input: an int8 NHWC
+    conv on an input between two PROT_NONE pages segfaulted (test_int8_detector; the bf16 prologue
+    crashed PP-OCRv4 det the same way).  ``if_then_else`` loads only when the condition holds."""
+    return tvm.tirx.if_then_else(inside, value, tvm.tirx.const(pad, dtype))
+
+
 def _stage_name(dtype: str) -> str:
     return "data_u8" if dtype == "uint8" else "data_s8"
 
@@ -132,9 +142,9 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
         def f(x: Any, wp: Any, cmp: Any) -> Any:
             def shifted(b: Any, y: Any, xx: Any, c: Any) -> Any:
                 inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
+                # clamped indices keep the region analysis inside the input
                 v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
-                v = (v.astype("int32") + offset).astype(xd)
-                return tvm.tirx.Select(inside, v, tvm.tirx.const(offset, xd))
+                return _guarded(inside, (v.astype("int32") + offset).astype(xd), offset, xd)
             if offset == 0 and icp == ic and not any((pt, pl, pb, pr)):
                 # nothing to pad or shift: read the activation in place instead of copying it (a full
                 # pass over the input per conv; the uint8 1x1 convs of YOLOv8's C2f/SPPF/head)
@@ -185,7 +195,7 @@ def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
         def f(a: Any, wp: Any, cmp: Any) -> Any:
             def shifted(*i: Any) -> Any:
                 v = (a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))].astype("int32") + offset).astype(xd)
-                return tvm.tirx.Select(i[-1] < k, v, tvm.tirx.const(offset, xd))
+                return _guarded(i[-1] < k, v, offset, xd)
             xs = te.compute((*lead, kp), shifted, name=_stage_name(xd))
             r = te.reduce_axis((0, kp // RED), "rk")
             ri = te.reduce_axis((0, RED), "ri")
