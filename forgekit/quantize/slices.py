@@ -30,7 +30,9 @@ def split_to_slices(mod: Any) -> Any:
         def visit_var_binding_(self, binding: Any) -> None:
             super().visit_var_binding_(binding)
             part = self._part(binding.value)
-            if part is not None:
+            # only parts used inside their dataflow block: a part that leaves it (a function output) is read
+            # where the split's input, a dataflow var, is not defined (fuzz asset quant_zero_row_pad_matmul_split)
+            if part is not None and isinstance(binding.var, relax.DataflowVar):
                 self.parts[binding.var] = part
 
         def visit_var_(self, var: Any) -> Any:
