@@ -76,6 +76,11 @@ class DotTileRule(ScheduleRule):
     def annotate(self, sch: Schedule, outer: Any) -> None:
         """Hook on the fused tile loop (the bf16 rule links its LLVM helper there)."""
 
+    def channels_inner(self, sch: Schedule, spatial: list, reduction: list) -> bool:
+        """Whether the fused tile loop runs the output-channel blocks innermost (pixel tiles outer); by default
+        a channel block sweeps every pixel, its weights staying in cache while the input streams past."""
+        return False
+
     def matches(self, sch: Schedule, tinfo: IsaInfo) -> SBlockRV | None:
         if not self.available(tinfo):
             return None
@@ -106,9 +111,10 @@ class DotTileRule(ScheduleRule):
         for l in loops:
             macs *= ext(sch, l) or SYMBOLIC_GUESS
         parallel_ok = self.may_parallel(sch, sl, rl)
+        inner = self.channels_inner(sch, sl, rl)
         v_o, v_n, v_l = sch.split(sl[-1], [None, nv, lanes])
         r_o, r_i = sch.split(sl[-2], [None, rt])
-        outer_list = [v_o, *sl[:-2], r_o]
+        outer_list = [*sl[:-2], r_o, v_o] if inner else [v_o, *sl[:-2], r_o]
         sch.reorder(*outer_list, *rl[:-1], r_i, v_n, v_l, rl[-1])
         outer = sch.fuse(*outer_list)
         if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1) and parallel_ok:

@@ -17,24 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tvm.s_tir import Schedule
-from tvm.s_tir.schedule import SBlockRV
 
 from .. import bf16
-from .common import (
-    MIN_PARALLEL_ELEMS,
-    SYMBOLIC_GUESS,
-    acc_scope,
-    attach_epilogue,
-    blocks_of,
-    ext,
-    is_reduction,
-    iter_kinds,
-    parallel_spatial,
-    stack_budget,
-    vectorize_inner,
-)
-from .dot_tile import DotTileRule, choose_dot_tile
-from .tiled import MIN_PARALLEL_MACS
+from .common import MIN_PARALLEL_ELEMS, SYMBOLIC_GUESS, ext
+from .dot_tile import DotTileRule
 
 if TYPE_CHECKING:
     from ....targets.isa import IsaInfo
@@ -49,7 +35,7 @@ INNER_WEIGHT_BYTES = 512 * 1024
 def channels_inner(sch: Schedule, spatial: list, reduction: list) -> bool:
     """Whether the fused tile loop runs the output-channel blocks innermost (pixel tiles outer).
 
-    The shared :class:`DotTileRule` runs a channel block over every pixel (its weights stay in cache while
+    The shared :class:`DotTileRule` (whose hook this is) runs a channel block over every pixel (its weights stay in cache while
     the input streams past).  When all the weights fit in L2 the other order wins: a pixel tile's input
     stays in L1 across the channel blocks and its output is written contiguously, where each thread
     otherwise wrote every pixel's half of the channels.  Measured on this Zen 4 (2 threads, one process,
@@ -99,42 +85,5 @@ class GemmBf16Rule(DotTileRule):
         # the LLVM function the intrinsic calls: parsed, linked and inlined by the LLVM codegen
         sch.annotate(outer, "pragma_import_llvm", bf16.LLVM_IR)
 
-    def apply(self, sch: Schedule, main: SBlockRV, tinfo: IsaInfo, knobs: dict[str, Any] | None = None) -> Schedule:
-        """:meth:`DotTileRule.apply`, except that the tile loop may run the output-channel blocks innermost
-        (:func:`channels_inner`)."""
-        lanes = self.lanes
-        intrin = self.intrinsic()
-        blocks = blocks_of(sch)
-        idx = [i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(main))][0]
-        producers, consumers = blocks[:idx], blocks[idx + 1:]
-        if any(is_reduction(sch, b) for b in producers + consumers):
-            raise ValueError(f"unsupported: extra reductions around the {self.what} block")
-        loops = sch.get_loops(main)
-        ns = iter_kinds(sch, main).count("S")
-        sl, rl = loops[:ns], loops[ns:]
-        ev, er = ext(sch, sl[-1]), ext(sch, sl[-2])
-        if ev is None or ev % lanes or ext(sch, rl[-1]) != self.red:
-            raise ValueError(f"vector axis not a multiple of {lanes} or no {self.red}-element {self.what} reduction")
-        nv, rt = choose_dot_tile(ev // lanes, er, stack_budget(tinfo, lanes=lanes))
-        macs = 1
-        for l in loops:
-            macs *= ext(sch, l) or SYMBOLIC_GUESS
-        parallel_ok = self.may_parallel(sch, sl, rl)
-        inner = channels_inner(sch, sl, rl)
-        v_o, v_n, v_l = sch.split(sl[-1], [None, nv, lanes])
-        r_o, r_i = sch.split(sl[-2], [None, rt])
-        outer_list = [*sl[:-2], r_o, v_o] if inner else [v_o, *sl[:-2], r_o]
-        sch.reorder(*outer_list, *rl[:-1], r_i, v_n, v_l, rl[-1])
-        outer = sch.fuse(*outer_list)
-        if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1) and parallel_ok:
-            sch.parallel(outer)
-        self.annotate(sch, outer)
-        attach_epilogue(sch, main, consumers, outer, acc_scope(rt * nv * lanes * 4), tinfo.vec_lanes)
-        init = sch.decompose_reduction(main, rl[0])
-        sch.tensorize(v_l, intrin)
-        sch.unroll(r_i)
-        sch.unroll(v_n)
-        vectorize_inner(sch, init, tinfo.vec_lanes)
-        for p in producers:
-            parallel_spatial(sch, p, tinfo.vec_lanes)
-        return sch
+    def channels_inner(self, sch: Schedule, spatial: list, reduction: list) -> bool:
+        return channels_inner(sch, spatial, reduction)
