@@ -193,3 +193,25 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     full_env = {**os.environ, **(env or {})}
     full_env.pop("GITHUB_ACTIONS", None) if env is None or "GITHUB_ACTIONS" not in env else None
     return subprocess.run([forgekit_bin(), *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=900)
+
+
+#: Source of ``guarded(shape, dtype)`` for child-process scripts: an array with PROT_NONE pages right before and
+#: right after its memory, so a kernel that reads outside its input dies with SIGSEGV instead of passing.
+GUARDED_BUFFER = r'''
+import ctypes, mmap
+import numpy as np
+
+
+def guarded(shape, dtype):
+    page = mmap.PAGESIZE
+    count = int(np.prod(shape))
+    nbytes = count * np.dtype(dtype).itemsize
+    assert nbytes % page == 0, "whole pages, so the array ends where the second guard begins"
+    buf = mmap.mmap(-1, nbytes + 2 * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for start in (base, base + page + nbytes):
+        assert libc.mprotect(start, page, 0) == 0
+    return np.frombuffer(buf, dtype, count, offset=page).reshape(shape)
+'''

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 import forgekit as forge
-from conftest import ort_run, run_cli
+from conftest import GUARDED_BUFFER, ort_run, run_cli
 from forgekit.errors import TargetError, UsageError
 from forgekit.runtime import Engine
 from forgekit.runtime.cpu import host_arch, host_features
@@ -178,22 +178,14 @@ def test_verify_and_bench_judge_a_bf16_artifact_by_cosine(cnn_path, tmp_path) ->
     assert run_cli("bench", str(out), "--onnx", str(cnn_path), "-n", "2", "--no-memory").returncode == 0
 
 
-_GUARDED = r'''
-import ctypes, mmap, sys
-import numpy as np, tvm
+_GUARDED = GUARDED_BUFFER + r'''
+import sys
+import tvm
 from tvm import relax
 from forgekit.backends import cpu
 
-PAGE = mmap.PAGESIZE
-shape = (1, 16, 16, 16)  # NHWC fp32: 16 KiB, whole pages, so the input ends where the second guard begins
-nbytes = int(np.prod(shape)) * 4
-buf = mmap.mmap(-1, nbytes + 2 * PAGE)
-base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-libc = ctypes.CDLL(None)
-libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-for start in (base, base + PAGE + nbytes):  # PROT_NONE pages right before and right after the input
-    assert libc.mprotect(start, PAGE, 0) == 0
-x_np = np.frombuffer(buf, np.float32, int(np.prod(shape)), offset=PAGE).reshape(shape)
+shape = (1, 16, 16, 16)  # NHWC fp32: 16 KiB, whole pages
+x_np = guarded(shape, np.float32)
 rng = np.random.default_rng(0)
 x_np[...] = rng.standard_normal(shape)
 w = rng.standard_normal((3, 3, 16, 32)).astype("float32")

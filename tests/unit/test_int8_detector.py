@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import forgekit
+from conftest import GUARDED_BUFFER
 from forgekit.quantize import MIN_INT8_OUT_CHANNELS, graph, narrow_ops
 
 
@@ -172,23 +173,15 @@ def test_split_parts_become_slices_that_fuse_into_requantize(tmp_path) -> None:
         assert cosine(f(x), _ort(model, x)) > 0.999
 
 
-_GUARDED = r'''
-import ctypes, mmap, sys
-import numpy as np, tvm
+_GUARDED = GUARDED_BUFFER + r'''
+import sys
+import tvm
 from tvm import relax
 from forgekit.backends import cpu
 
 dtype = sys.argv[1]
-PAGE = mmap.PAGESIZE
-shape = (1, 16, 16, 16)  # NHWC int8: 4 KiB, whole pages, so the input ends where the second guard begins
-nbytes = int(np.prod(shape))
-buf = mmap.mmap(-1, nbytes + 2 * PAGE)
-base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-libc = ctypes.CDLL(None)
-libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-for start in (base, base + PAGE + nbytes):  # PROT_NONE pages right before and right after the input
-    assert libc.mprotect(start, PAGE, 0) == 0
-x_np = np.frombuffer(buf, dtype, nbytes, offset=PAGE).reshape(shape)
+shape = (1, 16, 16, 16)  # NHWC int8: 4 KiB, whole pages
+x_np = guarded(shape, dtype)
 rng = np.random.default_rng(0)
 lo, hi = (-128, 128) if dtype == "int8" else (0, 256)
 x_np[...] = rng.integers(lo, hi, shape)
