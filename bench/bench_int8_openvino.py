@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--target", default="host")
     parser.add_argument("--profile", action="store_true", help="Also print forgekit's heaviest int8 kernels.")
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--out", default="/tmp/int8h/bench")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "int8_openvino"))
     args = parser.parse_args()
     # thread pools read these when they start: before any runtime is imported
     os.environ["TVM_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(args.threads)
