@@ -35,9 +35,19 @@ def runtime_library() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
 
 
+#: TVM's worker threads spin this many times (each a sched_yield) for the next task before sleeping.  TVM's
+#: default, 300000, keeps a core busy for 50-200 ms after every inference: onnxruntime run right after a
+#: forgekit SqueezeNet took 15 ms instead of 5 ms, and a deployed app's own threads (an OCR pipeline's Python
+#: post-processing between det and rec) pay the same.  The kernels of one inference follow each other within
+#: microseconds, so 10000 still bridges them (SqueezeNet: same latency) and the core is free within a few ms.
+SPIN_COUNT = "10000"
+
+
 def ensure_runtime() -> None:
-    """Load ``libtvm_runtime.so`` (it registers the Relax VM loader) unless TVM already did."""
+    """Load ``libtvm_runtime.so`` (it registers the Relax VM loader) unless TVM already did; a short thread-pool
+    spin (:data:`SPIN_COUNT`) unless ``TVM_THREAD_POOL_SPIN_COUNT`` says otherwise."""
     global _RUNTIME_LOADED
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", SPIN_COUNT)  # read when the pool first starts
     if _RUNTIME_LOADED:
         return
     import tvm_ffi  # loads libtvm_ffi.so, which libtvm_runtime.so links against

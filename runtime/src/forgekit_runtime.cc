@@ -184,6 +184,9 @@ void Open(const std::string& path, const char* key_file, const char* password, f
   CheckRunnable(m->meta, "'" + path + "'");
   std::tie(library, m->level) = ChooseLibrary(m->meta, dir, library);
   PromoteTvmLibraries();
+  // TVM's workers spin 300000 sched_yields (50-200 ms) after every inference unless told otherwise; read when
+  // the pool first starts (forgekit/runtime/loader.py SPIN_COUNT: the same default for the Python runtime)
+  setenv("TVM_THREAD_POOL_SPIN_COUNT", "10000", 0);
   if (IsEncrypted(library)) {
     std::string key = key_file ? key_file : JoinPath(dir, "modelKey.bin");
     const char* secret = password ? password : getenv("FORGEKIT_ENCRYPT_PASSWORD");

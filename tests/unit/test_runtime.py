@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -101,3 +102,38 @@ def test_runtime_does_not_import_the_compiler(convnet_compiled) -> None:
     imported, seconds = out.stdout.split()
     assert imported == "False"
     print(f"runtime import + load + first inference: {seconds} s")
+
+
+_SPIN_PROBE = r'''
+import glob, os, sys, time
+sys.modules["torch"] = None
+import numpy as np
+from forgekit.runtime import Engine
+engine = Engine(sys.argv[1])
+x = np.random.default_rng(0).standard_normal(engine.input_shapes[0]).astype(np.float32)
+for _ in range(3):
+    engine.infer(x)
+time.sleep(0.03)
+me = os.getpid()
+states = [open(p).read().rsplit(")", 1)[1].split()[0] for p in glob.glob(f"/proc/{me}/task/*/stat")
+          if not p.startswith(f"/proc/{me}/task/{me}/")]
+print(os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"), sum(s == "R" for s in states))
+'''
+
+
+def test_worker_threads_sleep_soon_after_an_inference(tmp_path) -> None:
+    """TVM's default 300000-spin wait kept a worker running for 50-200 ms after every inference (onnxruntime
+    run next took 15 ms instead of 5); the runtime's default (loader.SPIN_COUNT) lets it sleep within ms."""
+    import forgekit as forge
+    from test_weights import _cnn
+
+    art = forge.from_onnx(_cnn(0)).compile(target="host", output_path=tmp_path / "a").path
+    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
+    env["TVM_NUM_THREADS"] = "2"
+    ours = subprocess.run([sys.executable, "-c", _SPIN_PROBE, str(art)], env=env, capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert ours == ["10000", "0"], ours
+    theirs = subprocess.run([sys.executable, "-c", _SPIN_PROBE, str(art)],
+                            env={**env, "TVM_THREAD_POOL_SPIN_COUNT": "3000000"}, capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert theirs[0] == "3000000" and int(theirs[1]) >= 1, theirs  # the probe sees a spinning worker
