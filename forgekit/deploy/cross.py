@@ -154,9 +154,10 @@ def build_cross_runtime(tag: str, cache: str | os.PathLike[str] | None = None,
         # one build tree per ABI, kept: a retry after a failure, or a build after a source change, recompiles
         # only what changed (ninja/make track the dependencies); the lock keeps two builds out of one tree
         work = root / f".build-{toolchain.name}"
-        work.mkdir(exist_ok=True)
         lock = stack.enter_context(open(root / f".build-{toolchain.name}.lock", "w"))
         fcntl.flock(lock, fcntl.LOCK_EX)
+        drop_foreign_tree(work, SOURCE_DIR / "cross")
+        work.mkdir(exist_ok=True)
         if (final / _STAMP).is_file():  # another process built it while we waited
             return build
         for stale in root.glob(f".{toolchain.name}-*.tmp"):  # a killed build's (we hold this ABI's lock)
@@ -185,6 +186,21 @@ def build_cross_runtime(tag: str, cache: str | os.PathLike[str] | None = None,
                 raise
         say(f"{toolchain.name} runtime built in {seconds:.0f} s: {final}")
     return build
+
+
+def drop_foreign_tree(work: Path, source: Path) -> None:
+    """Delete the kept build tree ``work`` when CMake configured it from another source folder: the cache is
+    per user, and a second checkout (or an upgraded install elsewhere) would otherwise stop at "The source ...
+    does not match the source ... used to generate cache" (seen with a CI clone next to a working tree)."""
+    cache = work / "CMakeCache.txt"
+    if not cache.is_file():
+        return
+    for line in cache.read_text(errors="replace").splitlines():
+        if line.startswith("CMAKE_HOME_DIRECTORY:"):
+            configured = line.split("=", 1)[1].strip()
+            if Path(configured).resolve() != source.resolve():
+                shutil.rmtree(work, ignore_errors=True)
+            return
 
 
 def install(build: CrossBuild, dest: str | os.PathLike[str]) -> list[Path]:

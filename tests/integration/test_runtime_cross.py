@@ -211,3 +211,19 @@ def test_published_armhf_bundle_runs_on_the_device_as_its_card_says(convnet_path
         shutil.rmtree(host_dir, ignore_errors=True)
     expected = ort_run(onnx.load(convnet_path), {"input": convnet_input})[0]
     np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
+
+
+def test_a_build_tree_configured_from_another_checkout_is_dropped(tmp_path) -> None:
+    """The kept build tree is per user: one CMake configured from another checkout's sources (a CI clone next
+    to a working tree) failed the next configure ("does not match the source ... used to generate cache")."""
+    from forgekit.deploy.cross import SOURCE_DIR, drop_foreign_tree
+
+    here, other = SOURCE_DIR / "cross", tmp_path / "elsewhere" / "runtime" / "cross"
+    for configured, kept in ((other, False), (here, True)):
+        work = tmp_path / "work"
+        work.mkdir(exist_ok=True)
+        (work / "CMakeCache.txt").write_text(f"# cache\nCMAKE_HOME_DIRECTORY:INTERNAL={configured}\n")
+        (work / "objects.o").write_bytes(b"\0")
+        drop_foreign_tree(work, here)
+        assert (work / "objects.o").exists() == kept
+    drop_foreign_tree(tmp_path / "never-configured", here)  # nothing to drop
