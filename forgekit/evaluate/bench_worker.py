@@ -36,9 +36,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         arrays = engine.example_inputs(random=True, seed=0)
     if job.get("onnx") and mode in ("time", "rss:onnxruntime"):
         session = reference.session(job["onnx"], job["threads"], exact=False)  # as people run it
-    if mode == "rss:onnxruntime":
+    if mode in ("rss:onnxruntime", "rss:peer"):  # the inputs the timing worker saved
         with np.load(job["inputs_npz"]) as saved:
             arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    if mode == "rss:onnxruntime":
         feeds = reference.feeds(session, job["names"], arrays)
         for _ in range(3):
             session.run(None, feeds)
@@ -46,8 +47,6 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if mode == "rss:peer":  # one peer runtime (one precision) alone in this process
         from . import peers
 
-        with np.load(job["inputs_npz"]) as saved:
-            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
         for run in peers.prepare(job["peer"], job["onnx"], job["threads"], arrays, label=job["label"]):
             for _ in range(3):
                 run.call()
