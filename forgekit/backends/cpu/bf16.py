@@ -37,6 +37,7 @@ from tvm import relax, te
 
 from ...errors import TargetError
 from ...targets.isa import isa_info
+from . import winograd
 from .packed_conv import Legalize, _const_value, _int_or_expr, _ints, conv_geometry
 
 if TYPE_CHECKING:
@@ -145,6 +146,12 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
         if not worth_bf16(oc, ic * kh * kw):
             return fallback(bb, call)
         (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
+        n = _int_or_expr(call.args[0].ty.shape.values[0])
+        if ic % RED == 0 and winograd.applies(a, w, (n, h, wd, ic), LANES):
+            # F(2x2, 3x3) only: F(4x4, 3x3) scales by up to 8 around the bf16 rounding of V and U
+            tiles = winograd.tile_count((n, oh, ow, oc), winograd.F2)
+            return winograd.emit(bb, call.args[0], w, (n, h, wd, ic), (n, oh, ow, oc), isa_info(target),
+                                 winograd.F2, winograd_gemm(ic, oc, tiles))
         icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
         wpad = np.zeros((kh, kw, icp, ocp), np.uint16)
         wpad[:, :, :ic, :oc] = round_bf16(w)
@@ -184,6 +191,25 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
             return te.compute((nb, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")
         return bb.call_te(f, call.args[0], relax.const(packed), primfunc_name_hint="conv2d_bf16")
     return _legalize
+
+
+def winograd_gemm(c: int, k: int, tiles: int) -> winograd.Gemm:
+    """The Winograd GEMMs (:mod:`.winograd`) in bf16: V rounded as the input transform writes it, U rounded
+    once from its fp32 transform and packed ``[16, K/16, C/2, 16, 2]`` like the conv weights here (F(2x2, 3x3):
+    16 GEMMs)."""
+    def pack(u: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(
+            round_bf16(u).reshape(16, c // RED, RED, k // LANES, LANES).transpose(0, 3, 1, 4, 2))
+
+    def compute(v: Any, up: Any) -> Any:
+        r = te.reduce_axis((0, c // RED), "rk")
+        ri = te.reduce_axis((0, RED), "ri")
+        return te.compute(
+            (16, tiles, k),
+            lambda e, t, kk: te.sum(from_bf16(v[e, t, r * RED + ri])
+                                    * from_bf16(up[e, kk // LANES, r, kk % LANES, ri]), axis=[r, ri]),
+            name="matmul_bf16")
+    return winograd.Gemm("uint16", to_bf16, pack, compute)
 
 
 def make_matmul_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:

@@ -15,6 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax, te, topi
 
+from . import winograd
 from .dynamic_matmul import legalize_dynamic_matmul
 from .tiling import choose_tiles, round_up
 
@@ -102,6 +103,9 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
             # equal when FuseTIR merges kernels, and ``(W + 2 - 3) // 1 + 1`` is not ``W``
             _, oh, ow, _ = (_int_or_expr(v) for v in call.ty.shape.values)
         lanes = tinfo.vec_lanes
+        if not int_exact and winograd.applies(a, w, (n, h, wd, int(ic)), lanes):
+            return winograd.emit(bb, data, w, (n, h, wd, int(ic)), (n, oh, ow, oc), tinfo,
+                                 winograd.choose((n, oh, ow, oc), int(ic)))
         ocp = oc
         if groups == 1 and oc % lanes and oc > lanes:
             # e.g. 1000 classes: compute 1008 channels with zero weights, slice in the epilogue,

@@ -14,6 +14,7 @@ from .gemm_int8 import GemmInt8Rule
 from .matmul import MatmulRule
 from .pool import PoolRule
 from .reduction import ReductionRule
+from .winograd import WinogradRule
 
-RULES = [GemmBf16Rule(), GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(),
+RULES = [WinogradRule(), GemmBf16Rule(), GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(),
          ColumnReductionRule(), ReductionRule(), ElementwiseRule(), FallbackRule()]

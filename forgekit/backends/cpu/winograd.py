@@ -1,0 +1,216 @@
+"""3x3 stride-1 convolutions as Winograd F(2x2, 3x3): 16 multiply-adds per 2x2 output tile and channel pair
+instead of 36, in three kernels the rules schedule::
+
+    V[e, t, c] = (B^T d B)[e]           d: the 4x4 input patch of tile t   (winograd_input: adds only)
+    M[e, t, k] = sum_c V[e, t, c] U[e, c, k]    U = G g G^T, packed at compile time (16 GEMMs: matmul rule)
+    Y[n, y, x, k] = (A^T M A)[y % 2, x % 2]     (winograd_output: adds only; bias/ReLU/residual fused after)
+
+Why: forgekit's direct 3x3 convolutions already run at 90-95 % of this CPU's fp32 peak (ResNet-50's
+``conv2d16`` at 222 of 232 GFLOP/s), so the remaining speed is in doing fewer multiply-adds.  In ResNet-50
+the stride-1 3x3 convs are ~35 % of the time.  F(2x2, 3x3) is the variant whose rounding stays at the
+direct convolution's level in fp32 (transforms by +-1 and 1/2 only; F(4x4, 3x3) multiplies by up to 8 and
+loses about a decimal digit).
+
+Not TVM's ``topi.nn.conv2d_winograd_nhwc``: it computes the transforms as dense reductions with the B/A
+matrices (16x more adds, scheduled as reductions by our rules) and lays M out for GPU schedules; here
+each transform is one injective block of additions whose 16 (or 4) cases fold to constants once the rule
+unrolls them, and the GEMM is a plain batched matmul on weights packed like :mod:`.packed_conv`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+from tvm import te, tirx, topi
+
+from .tiling import choose_tiles
+
+if TYPE_CHECKING:
+    from ...targets.isa import IsaInfo
+
+@dataclass(frozen=True)
+class Tile:
+    """One Winograd algorithm F(m x m, 3 x 3) (Lavin & Gray 2016): ``m x m`` outputs from an ``(m + 2)``-square
+    input patch; ``bt``, ``g``, ``at`` are B^T, G and A^T."""
+
+    m: int
+    bt: tuple
+    g: tuple
+    at: tuple
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+
+#: interpolation points 0, 1, -1: the transforms add and subtract only
+F2 = Tile(2, ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
+          ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1)),
+          ((1, 1, 1, 0), (0, 1, -1, -1)))
+#: points 0, 1, -1, 2, -2: 36 multiply-adds per 16 outputs (F2: 16 per 4); the transforms scale by up to 8
+F4 = Tile(4, ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0), (0, -2, -1, 2, 1, 0),
+              (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+          ((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6), (1 / 24, 1 / 12, 1 / 6),
+           (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+          ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1)))
+
+#: block annotation of the output transform: its tile size m
+TILE_ATTR = "forgekit.winograd_m"
+#: the first (per channel vector) blocks of the input and output transforms
+ROWS, COLS = "winograd_rows", "winograd_cols"
+
+#: relax OpPatternKind values (AnnotateTIROpPattern keeps a PrimFunc's own non-zero "op_pattern")
+_OUT_ELEMWISE_FUSABLE, _OPAQUE = 4, 8
+
+#: below this many input channels the two extra passes over memory cost more than the saved multiply-adds
+MIN_CHANNELS = 32
+
+
+def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int) -> bool:
+    """Whether the NHWC/HWIO conv2d with ``attrs``, constant weights ``w`` and static input ``shape``
+    takes the Winograd path: 3x3, stride 1, dilation 1, padding 1, one group, channels in whole vectors."""
+    kh, kw, icg, oc = w.shape
+    if (kh, kw) != (3, 3) or int(attrs.groups) != 1:
+        return False
+    if [int(v) for v in attrs.strides] != [1, 1] or [int(v) for v in attrs.dilation] != [1, 1]:
+        return False
+    if [int(v) for v in attrs.padding] != [1, 1, 1, 1]:
+        return False
+    if not all(isinstance(v, int) for v in shape):
+        return False
+    n, h, wd, ic = shape
+    return ic == icg and ic >= MIN_CHANNELS and oc % lanes == 0 and h >= 4 and wd >= 4
+
+
+def _combo(coef: tuple, get: Any) -> Any:
+    """sum_i coef[i] * get(i) for small integer coefficients: adds and subtracts, a multiply where |coef| > 1."""
+    expr = None
+    # a positive term first, so no case starts with a negation (TIR spells it as a multiply by -1)
+    order = sorted((i for i, c in enumerate(coef) if c), key=lambda i: coef[i] < 0)
+    for i in order:
+        c = coef[i]
+        term = get(i)
+        if abs(c) != 1:
+            term = term * tirx.const(float(abs(c)), "float32")
+        if expr is None:
+            expr = term if c > 0 else -term
+        else:
+            expr = expr + term if c > 0 else expr - term
+    return expr
+
+
+def _select(index: Any, cases: list[Any]) -> Any:
+    """cases[index] as a chain of Selects: the rule unrolls ``index``, and each chain folds to one case."""
+    expr = cases[-1]
+    for i in range(len(cases) - 2, -1, -1):
+        expr = tirx.Select(index == i, cases[i], expr)
+    return expr
+
+
+def transform_weights(w: np.ndarray, tile: Tile = F2) -> np.ndarray:
+    """HWIO [3, 3, C, K] -> U [alpha^2, C, K], U[a * alpha + b] = (G g G^T)[a, b] (float64, rounded once)."""
+    g = np.array(tile.g, dtype=np.float64)
+    u = np.einsum("ai,ijck,bj->abck", g, w.astype(np.float64), g)
+    return u.reshape(tile.alpha ** 2, w.shape[2], w.shape[3]).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """How the alpha^2 GEMMs run: ``store`` turns a transformed input value (fp32) into V's element of ``dtype``,
+    ``pack`` lays out U ``[E, C, K]`` as the constant ``compute(V, packed)`` multiplies into M ``[E, T, K]``
+    (fp32).  :func:`fp32_gemm` here; :mod:`.bf16` has the ``vdpbf16ps`` one."""
+
+    dtype: str
+    store: Callable[[Any], Any]
+    pack: Callable[[np.ndarray], np.ndarray]
+    compute: Callable[[Any, Any], Any]
+
+
+def fp32_gemm(e: int, c: int, k: int, tiles: int, tinfo: IsaInfo) -> Gemm:
+    """fp32 multiply-adds on U packed ``[E, K/vt, C, vt]`` (the matmul rule's vector tile ``vt``, as in
+    :mod:`.packed_conv`)."""
+    vt, _ = choose_tiles(k, tiles, tinfo)
+
+    def pack(u: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(u.reshape(e, c, k // vt, vt).transpose(0, 2, 1, 3))
+
+    def compute(v: Any, up: Any) -> Any:
+        rc = te.reduce_axis((0, c), "rc")
+        return te.compute((e, tiles, k), lambda ee, t, kk: te.sum(v[ee, t, rc] * up[ee, kk // vt, rc, kk % vt],
+                                                                   axis=[rc]), name="winograd_gemm")
+    return Gemm("float32", lambda value: value, pack, compute)
+
+
+def tile_count(out_shape: tuple, tile: Tile) -> int:
+    """The GEMM rows: one per m x m output tile of every image."""
+    n, oh, ow, _ = out_shape
+    return n * -(-oh // tile.m) * -(-ow // tile.m)
+
+
+def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinfo: IsaInfo,
+         tile: Tile = F2, gemm: Gemm | None = None) -> Any:
+    """Emit the three kernels for ``conv2d(data, w)`` into ``bb``; returns the output call (NHWC)."""
+    from tvm import relax
+
+    n, h, wd, c = shape
+    _, oh, ow, k = out_shape
+    m, alpha = tile.m, tile.alpha
+    th, tw = -(-oh // m), -(-ow // m)
+    tiles = n * th * tw
+    gemm = gemm or fp32_gemm(alpha * alpha, c, k, tiles, tinfo)
+    packed = gemm.pack(transform_weights(w, tile))
+
+    # Each transform is separable (B^T d B: rows, then columns), computed in two blocks of alpha (or m)
+    # cases each: as one block of alpha^2 cases, F(4x4, 3x3)'s 36 unrolled copies of a 36-case expression
+    # took 2.7 s per kernel to simplify and compile.  The rule computes the first block per channel vector.
+    def f_input(x: Any) -> Any:
+        xp = topi.nn.pad(x, [0, 1, 1, 0], [0, m * th + 1 - h, m * tw + 1 - wd, 0], name="pad_temp")
+
+        def pixel(t: Any, i: Any, j: Any, ch: Any) -> Any:
+            return xp[t // (th * tw), m * (t // tw % th) + i, m * (t % tw) + j, ch]
+
+        # rows[i, b] = sum_j B^T[b, j] d[i, j]
+        rows = te.compute((alpha, alpha, tiles, c), lambda i, b, t, ch: _select(
+            b, [_combo(tile.bt[b_], lambda j: pixel(t, i, j, ch)) for b_ in range(alpha)]), name=ROWS)
+        # V[a * alpha + b] = sum_i B^T[a, i] rows[i, b]
+        return te.compute((alpha * alpha, tiles, c), lambda e, t, ch: gemm.store(_select(
+            e // alpha, [_combo(tile.bt[a], lambda i: rows[i, e % alpha, t, ch]) for a in range(alpha)])),
+            name="winograd_input")
+
+    def f_output(mm: Any) -> Any:
+        # cols[a, j] = sum_b A^T[j, b] M[a * alpha + b]
+        cols = te.compute((alpha, m, tiles, k), lambda a, j, t, kk: _select(
+            j, [_combo(tile.at[j_], lambda b_: mm[a * alpha + b_, t, kk]) for j_ in range(m)]), name=COLS)
+
+        def body(b: Any, y: Any, x: Any, kk: Any) -> Any:
+            t = b * (th * tw) + y // m * tw + x // m
+            # Y[i, j] = sum_a A^T[i, a] cols[a, j]
+            return _select(y % m, [_combo(tile.at[i], lambda a: cols[a, x % m, t, kk]) for i in range(m)])
+        # the rule splits the rows and columns by the tile size it reads here
+        return te.compute((n, oh, ow, k), body, name="winograd_output", attrs={TILE_ATTR: m})
+
+    # Fusion: FuseOps would merge the injective transforms with their injective neighbours (a layout
+    # transpose into the input transform, one conv's output transform with the next conv's input transform),
+    # which no schedule runs well.  The input transform is opaque: it fuses with nothing.  The output
+    # transform is "out-elementwise fusable", like a convolution: its bias, ReLU and residual add fuse after it.
+    v = bb.emit(bb.call_te(f_input, data, primfunc_name_hint="winograd_input",
+                           primfunc_attrs={"op_pattern": _OPAQUE}))
+    mm = bb.emit(bb.call_te(gemm.compute, v, relax.const(packed), primfunc_name_hint="winograd_gemm"))
+    return bb.call_te(f_output, mm, primfunc_name_hint="winograd_output",
+                      primfunc_attrs={"op_pattern": _OUT_ELEMWISE_FUSABLE})
+
+
+#: F(4x4, 3x3) where both output sides are at least this (its 4x4 tiles waste little) ...
+F4_MIN_SIDE = 14
+#: ... and its U (36 / 9 = 4x the weights) stays this small
+F4_MAX_WEIGHT_BYTES = 4 << 20
+
+
+def choose(out_shape: tuple, in_channels: int) -> Tile:
+    """The algorithm for a conv of NHWC output ``out_shape`` over ``in_channels``."""
+    _, oh, ow, k = out_shape
+    if min(oh, ow) >= F4_MIN_SIDE and F4.alpha ** 2 * in_channels * k * 4 <= F4_MAX_WEIGHT_BYTES:
+        return F4
+    return F2
