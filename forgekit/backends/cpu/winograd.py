@@ -1,20 +1,25 @@
-"""3x3 stride-1 convolutions as Winograd F(2x2, 3x3): 16 multiply-adds per 2x2 output tile and channel pair
-instead of 36, in three kernels the rules schedule::
+"""3x3 stride-1 convolutions as Winograd F(m x m, 3 x 3) (Lavin & Gray 2016): per m x m output tile and channel
+pair, (m + 2)^2 multiply-adds instead of 9 m^2 (F(2x2): 16 instead of 36; F(4x4): 36 instead of 144), in three
+kernels the rules schedule (alpha = m + 2, E = alpha^2 GEMMs)::
 
-    V[e, t, c] = (B^T d B)[e]           d: the 4x4 input patch of tile t   (winograd_input: adds only)
-    M[e, t, k] = sum_c V[e, t, c] U[e, c, k]    U = G g G^T, packed at compile time (16 GEMMs: matmul rule)
-    Y[n, y, x, k] = (A^T M A)[y % 2, x % 2]     (winograd_output: adds only; bias/ReLU/residual fused after)
+    V[e, t, c] = (B^T d B)[e]           d: the alpha x alpha input patch of tile t   (winograd_input)
+    M[e, t, k] = sum_c V[e, t, c] U[e, c, k]    U = G g G^T, packed at compile time (E GEMMs: matmul rule)
+    Y[n, y, x, k] = (A^T M A)[y % m, x % m]     (winograd_output; bias/ReLU/SiLU/residual fused after)
 
-Why: forgekit's direct 3x3 convolutions already run at 90-95 % of this CPU's fp32 peak (ResNet-50's
-``conv2d16`` at 222 of 232 GFLOP/s), so the remaining speed is in doing fewer multiply-adds.  In ResNet-50
-the stride-1 3x3 convs are ~35 % of the time.  F(2x2, 3x3) is the variant whose rounding stays at the
-direct convolution's level in fp32 (transforms by +-1 and 1/2 only; F(4x4, 3x3) multiplies by up to 8 and
-loses about a decimal digit).
+Why: forgekit's direct 3x3 convolutions already ran at 90-95 % of this CPU's fp32 peak (ResNet-50's
+``conv2d16`` at 222 of 232 GFLOP/s), so the remaining speed was in doing fewer multiply-adds.  Measured
+(2 threads, Zen 4, one process, kernels only): 64->64 at 56x56 2.06 ms direct, 1.17 F(2x2), 0.72 F(4x4);
+256->256 at 14x14 2.02 / 0.98 / 0.81; 512->512 at 7x7 2.03 / 1.44 / 1.37.  ResNet-50 38.3 -> 31.3 ms.
+
+Which one (:func:`choose`): F(4x4) where both output sides are >= 14 and its U (4x the weights) stays under
+4 MiB, F(2x2) elsewhere, and in bf16.  Rounding: F(2x2) transforms by +-1 and 1/2 only and stays at the
+direct kernel's error (2.5e-7 vs 6e-7 relative, fp32); F(4x4) scales by up to 8 and loses about a decimal
+digit (4e-6), ten times inside onnxruntime comparisons' tolerance.
 
 Not TVM's ``topi.nn.conv2d_winograd_nhwc``: it computes the transforms as dense reductions with the B/A
-matrices (16x more adds, scheduled as reductions by our rules) and lays M out for GPU schedules; here
-each transform is one injective block of additions whose 16 (or 4) cases fold to constants once the rule
-unrolls them, and the GEMM is a plain batched matmul on weights packed like :mod:`.packed_conv`'s.
+matrices (multiplies by 0 and 1 included, scheduled as reductions by our rules) and lays M out for GPU
+schedules; here each transform is two injective blocks of additions whose cases fold to constants once the
+rule unrolls them, and the GEMM is a plain batched matmul on weights packed like :mod:`.packed_conv`'s.
 """
 
 from __future__ import annotations
