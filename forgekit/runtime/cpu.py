@@ -181,3 +181,21 @@ def describe_features(arch: str, features: list[str] | frozenset[str] | set[str]
     if arch == "arm":
         return "ARMv7 with NEON" if "neon" in have else "ARMv7"
     return arch
+
+
+def physical_cores() -> int:
+    """The cores this process may run on, SMT siblings counted once (Linux sysfs topology; the CPU count
+    where that is unreadable)."""
+    import os
+    from pathlib import Path
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((topology.joinpath("physical_package_id").read_text().strip(),
+                       topology.joinpath("core_id").read_text().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
