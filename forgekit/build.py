@@ -57,9 +57,9 @@ class BuildReport:
 
 
 #: LLVM's fast-math flags of opt level 4: reassociation (vectorized reductions), contraction (FMA) and no
-#: signed zeros, what levels 0-3 keep strict.  Not all of "fast-math": its approximate reciprocals and
-#: functions (arcp, afn) and no-NaN/no-inf assumptions moved a YOLOv8n detector's (NudeNet 320n) boxes by
-#: 0.08 px at a 320 px scale, 4.5e-4 relative, where this level promises last-bit differences.
+#: signed zeros, what levels 0-3 keep strict.  Not all of "fast-math": with it a YOLOv8n detector's (NudeNet
+#: 320n) boxes moved by 0.11 px at a 320 px scale, where this level promises last-bit differences; bisected on
+#: that model, the no-NaN/no-inf flags (nnan, ninf) move it, approximate reciprocals (arcp) do not.
 FAST_MATH = {"fast-math-reassoc": True, "fast-math-contract": True, "fast-math-nsz": True}
 
 

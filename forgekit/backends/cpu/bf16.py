@@ -150,9 +150,8 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
         if ic % RED == 0 and winograd.applies(a, w, (n, h, wd, ic), LANES):
             # F(2x2, 3x3) only: with F(4x4, 3x3)'s larger transforms around the rounding of V and U, one 64->64
             # conv at 56x56 kept a cosine of 0.99990 against float64 (F(2x2): 0.9999976, direct: 0.9999993)
-            tiles = winograd.tile_count((n, oh, ow, oc), winograd.F2)
             return winograd.emit(bb, call.args[0], w, (n, h, wd, ic), (n, oh, ow, oc), isa_info(target),
-                                 winograd.F2, winograd_gemm(ic, oc, tiles))
+                                 winograd.F2, winograd_gemm)
         icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
         wpad = np.zeros((kh, kw, icp, ocp), np.uint16)
         wpad[:, :, :ic, :oc] = round_bf16(w)
@@ -194,23 +193,23 @@ def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
     return _legalize
 
 
-def winograd_gemm(c: int, k: int, tiles: int) -> winograd.Gemm:
-    """The Winograd GEMMs (:mod:`.winograd`) in bf16: V rounded as the input transform writes it, U rounded
-    once from its fp32 transform and packed ``[16, K/16, C/2, 16, 2]`` like the conv weights here (F(2x2, 3x3):
-    16 GEMMs)."""
+def winograd_gemm(e: int, c: int, k: int, tiles: int) -> winograd.Gemm:
+    """The ``e`` Winograd GEMMs (:mod:`.winograd`, a ``GemmFactory``) in bf16: V rounded as the input transform
+    writes it, U rounded once from its fp32 transform and packed ``[E, K/16, C/2, 16, 2]`` like the conv
+    weights here."""
     def pack(u: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(
-            round_bf16(u).reshape(16, c // RED, RED, k // LANES, LANES).transpose(0, 3, 1, 4, 2))
+            round_bf16(u).reshape(e, c // RED, RED, k // LANES, LANES).transpose(0, 3, 1, 4, 2))
 
     def compute(v: Any, up: Any) -> Any:
         r = te.reduce_axis((0, c // RED), "rk")
         ri = te.reduce_axis((0, RED), "ri")
         return te.compute(
-            (16, tiles, k),
-            lambda e, t, kk: te.sum(from_bf16(v[e, t, r * RED + ri])
-                                    * from_bf16(up[e, kk // LANES, r, kk % LANES, ri]), axis=[r, ri]),
+            (e, tiles, k),
+            lambda ee, t, kk: te.sum(from_bf16(v[ee, t, r * RED + ri])
+                                     * from_bf16(up[ee, kk // LANES, r, kk % LANES, ri]), axis=[r, ri]),
             name="matmul_bf16")
-    return winograd.Gemm("uint16", to_bf16, pack, compute)
+    return winograd.Gemm(to_bf16, pack, compute)
 
 
 def make_matmul_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:

@@ -35,6 +35,7 @@ from .tiling import choose_tiles
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
 
+
 @dataclass(frozen=True)
 class Tile:
     """One Winograd algorithm F(m x m, 3 x 3) (Lavin & Gray 2016): ``m x m`` outputs from an ``(m + 2)``-square
@@ -123,11 +124,10 @@ def transform_weights(w: np.ndarray, tile: Tile = F2) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Gemm:
-    """How the alpha^2 GEMMs run: ``store`` turns a transformed input value (fp32) into V's element of ``dtype``,
-    ``pack`` lays out U ``[E, C, K]`` as the constant ``compute(V, packed)`` multiplies into M ``[E, T, K]``
-    (fp32).  :func:`fp32_gemm` here; :mod:`.bf16` has the ``vdpbf16ps`` one."""
+    """How the alpha^2 GEMMs run: ``store`` turns a transformed input value (fp32) into V's element, ``pack``
+    lays out U ``[E, C, K]`` as the constant ``compute(V, packed)`` multiplies into M ``[E, T, K]`` (fp32).
+    Made by a :data:`GemmFactory`: :func:`fp32_gemm` here, the ``vdpbf16ps`` one in :mod:`.bf16`."""
 
-    dtype: str
     store: Callable[[Any], Any]
     pack: Callable[[np.ndarray], np.ndarray]
     compute: Callable[[Any, Any], Any]
@@ -145,18 +145,17 @@ def fp32_gemm(e: int, c: int, k: int, tiles: int, tinfo: IsaInfo) -> Gemm:
         rc = te.reduce_axis((0, c), "rc")
         return te.compute((e, tiles, k), lambda ee, t, kk: te.sum(v[ee, t, rc] * up[ee, kk // vt, rc, kk % vt],
                                                                    axis=[rc]), name="winograd_gemm")
-    return Gemm("float32", lambda value: value, pack, compute)
+    return Gemm(lambda value: value, pack, compute)
 
 
-def tile_count(out_shape: tuple, tile: Tile) -> int:
-    """The GEMM rows: one per m x m output tile of every image."""
-    n, oh, ow, _ = out_shape
-    return n * -(-oh // tile.m) * -(-ow // tile.m)
+#: (GEMMs E, input channels C, output channels K, tiles T) -> the :class:`Gemm` to run
+GemmFactory = Callable[[int, int, int, int], Gemm]
 
 
 def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinfo: IsaInfo,
-         tile: Tile = F2, gemm: Gemm | None = None) -> Any:
-    """Emit the three kernels for ``conv2d(data, w)`` into ``bb``; returns the output call (NHWC)."""
+         tile: Tile = F2, gemm_factory: GemmFactory | None = None) -> Any:
+    """Emit the three kernels for ``conv2d(data, w)`` into ``bb``; returns the output call (NHWC).  The GEMMs are
+    ``gemm_factory``'s (default: :func:`fp32_gemm`)."""
     from tvm import relax
 
     n, h, wd, c = shape
@@ -164,7 +163,7 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     m, alpha = tile.m, tile.alpha
     th, tw = -(-oh // m), -(-ow // m)
     tiles = n * th * tw
-    gemm = gemm or fp32_gemm(alpha * alpha, c, k, tiles, tinfo)
+    gemm = (gemm_factory or (lambda *sizes: fp32_gemm(*sizes, tinfo)))(alpha * alpha, c, k, tiles)
     packed = gemm.pack(transform_weights(w, tile))
 
     # Each transform is separable (B^T d B: rows, then columns), computed in two blocks of alpha (or m)
