@@ -74,7 +74,10 @@ def bench(
               f"{'match' if info['outputs_match'] else 'differ from'} onnxruntime's "
               f"(max abs error {info['max_abs_error']:.2e})")
     if result.outputs_match is not None:
-        how = (f"least cosine {result.extra['min_cosine']:.6f}, reduced-precision artifact; "
+        own = (f" (onnxruntime's own fp32 cosine {result.extra['reference_cosine']:.6f}, optimized vs unoptimized "
+               f"graph: an ill-conditioned output, judged within {NOISE_FACTOR:g}x its deficit)"
+               if "reference_cosine" in result.extra else "")
+        how = (f"least cosine {result.extra['min_cosine']:.6f}{own}, reduced-precision artifact; "
                if "min_cosine" in result.extra else
                f"within {NOISE_FACTOR:g}x onnxruntime's own noise {result.extra['noise_floor']:.1e} (optimized vs "
                "unoptimized graph) on this ill-conditioned output; " if "noise_floor" in result.extra else "")

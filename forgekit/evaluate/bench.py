@@ -183,6 +183,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        extra={**({"level": data["level"]} if data.get("level") else {}),
                               **({"min_cosine": data["min_cosine"]} if "min_cosine" in data else {}),
                               **({"noise_floor": data["noise_floor"]} if "noise_floor" in data else {}),
+                              **({"reference_cosine": data["reference_cosine"]} if "reference_cosine" in data
+                                 else {}),
                               **({"profile": kernels} if kernels is not None else {})},
                        peers=peer_timings,
                        peer_info=dict(data.get("peers") or {}))

@@ -72,10 +72,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         expected = reference.run(reference.session(job["onnx"], job["threads"]), feeds)  # exact int8
         ours = engine.infer(*arrays)
         result.update(compare_outputs(ours, expected, job["rtol"], job["atol"], job.get("min_cosine")))
-        noise = None
+        noise = cos_noise = None
         if not result["outputs_match"] and job.get("min_cosine") is None:  # ill-conditioned, or wrong?
             noise = reference.noise_floor(job["onnx"], feeds, expected)
             result.update(compare_outputs(ours, expected, job["rtol"], job["atol"], None, noise))
+        elif not result["outputs_match"]:
+            cos_noise = reference.cosine_noise(job["onnx"], feeds, expected)
+            result.update(compare_outputs(ours, expected, job["rtol"], job["atol"], job["min_cosine"],
+                                          cosine_noise=cos_noise))
         from . import peers
 
         result["peers"] = {}
@@ -84,8 +88,15 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 fns[run.label] = run.call
                 # a peer running bf16/f16 is judged as forgekit's bf16 artifacts are: by cosine
                 reduced = MIN_COSINE.get({"bf16": "bfloat16", "f16": "float16"}.get(run.precision, ""))
-                result["peers"][run.label] = {"precision": run.precision, "peer": peer, **compare_outputs(
-                    run.outputs, expected, job["rtol"], job["atol"], reduced, None if reduced else noise)}
+                judged = compare_outputs(run.outputs, expected, job["rtol"], job["atol"], reduced)
+                if not judged["outputs_match"]:  # the same allowance for the reference's noise as forgekit's
+                    if reduced:
+                        cos_noise = cos_noise or reference.cosine_noise(job["onnx"], feeds, expected)
+                    else:
+                        noise = noise or reference.noise_floor(job["onnx"], feeds, expected)
+                    judged = compare_outputs(run.outputs, expected, job["rtol"], job["atol"], reduced,
+                                             None if reduced else noise, cos_noise if reduced else None)
+                result["peers"][run.label] = {"precision": run.precision, "peer": peer, **judged}
     runs, warmup = job["runs"], job["warmup"]
     for fn in fns.values():
         for _ in range(warmup):

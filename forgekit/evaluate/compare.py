@@ -21,7 +21,9 @@ ATOL = 1e-4
 MIN_COSINE = {"bfloat16": 0.999, "float16": 0.999, "quantized": 0.99}
 #: An fp32 output also matches when no element is further from the reference than this many times the
 #: reference's own noise floor (:func:`forgekit.evaluate.reference.noise_floor`): a wrong kernel is off by
-#: far more than reassociation, a right one on an ill-conditioned output by about the same.
+#: far more than reassociation, a right one on an ill-conditioned output by about the same.  Judged by cosine
+#: (reduced precision), an output also matches when its cosine deficit ``1 - cos`` is within this many times
+#: the reference's own (:func:`forgekit.evaluate.reference.cosine_noise`).
 NOISE_FACTOR = 4.0
 
 
@@ -57,6 +59,8 @@ class OutputComparison:
     note: str = ""
     cosine: float | None = None  # with the reference, when judged by cosine (reduced-precision artifacts)
     noise: float = 0.0  # the reference's own noise floor, when it was needed (reference.noise_floor)
+    #: ``1 - cosine`` of the reference with itself (optimized vs unoptimized graph), when it was needed
+    cosine_noise: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -67,17 +71,21 @@ class OutputComparison:
         shape = "x".join(map(str, self.shape)) or "scalar"
         verdict = "ok" if self.ok else f"MISMATCH ({self.note or f'{self.mismatched}/{self.size} elements'})"
         if self.cosine is not None:
-            return f"{self.name}: {shape} cosine {self.cosine:.6f}, max abs err {self.max_abs:.3e} {verdict}"
+            own = (f" (onnxruntime's own fp32 cosine {1 - self.cosine_noise:.6f}: ill-conditioned)"
+                   if self.cosine_noise else "")
+            return f"{self.name}: {shape} cosine {self.cosine:.6f}{own}, max abs err {self.max_abs:.3e} {verdict}"
         noise = f", onnxruntime's own noise {self.noise:.1e}" if self.noise else ""
         return (f"{self.name}: {shape} max abs err {self.max_abs:.3e}, max rel err {self.max_rel:.3e} "
                 f"(atol {self.tolerance:.1e}{noise}) {verdict}")
 
 
 def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float = RTOL,
-            atol: float = ATOL, min_cosine: float | None = None, noise: float = 0.0) -> OutputComparison:
+            atol: float = ATOL, min_cosine: float | None = None, noise: float = 0.0,
+            cosine_noise: float = 0.0) -> OutputComparison:
     """Compare one output with its reference: floats within tolerance (or, with ``min_cosine``, by their
     cosine), everything else exactly.  ``noise``: the reference's own noise floor for this output; floats
-    within :data:`NOISE_FACTOR` times it also match."""
+    within :data:`NOISE_FACTOR` times it also match.  ``cosine_noise``: with ``min_cosine``, the reference's
+    own cosine deficit; a deficit within :data:`NOISE_FACTOR` times it also matches."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     if actual.shape != expected.shape:  # a wrong shape is a wrong answer, even with the right element count
         return OutputComparison(name, list(expected.shape), float("inf"), float("inf"), 0.0, expected.size,
@@ -98,26 +106,32 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float = R
     rel = diff / np.maximum(np.abs(ref), tol if tol > 0 else 1.0)
     if min_cosine is not None and floating:
         cos = cosine(got, ref)
-        note = "" if cos >= min_cosine else f"cosine {cos:.6f} < {min_cosine}"
+        within = cos >= min_cosine or 1.0 - cos <= NOISE_FACTOR * cosine_noise
+        note = "" if within else f"cosine {cos:.6f} < {min_cosine}"
         return OutputComparison(name, list(expected.shape), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
-                                tol, 0 if not note else int((~close).sum()), int(expected.size), note, cos)
+                                tol, 0 if not note else int((~close).sum()), int(expected.size), note, cos,
+                                cosine_noise=cosine_noise)
     return OutputComparison(name, list(expected.shape), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
                             tol, int((~close).sum()), int(expected.size), noise=noise)
 
 
 def compare_outputs(ours: list[Any], refs: list[Any], rtol: float, atol: float,
-                    min_cosine: float | None = None, noise: list[float] | None = None) -> dict[str, Any]:
+                    min_cosine: float | None = None, noise: list[float] | None = None,
+                    cosine_noise: list[float] | None = None) -> dict[str, Any]:
     """The worst output's ``max_abs_error`` and ``output_scale``, whether all outputs match, and with
-    ``min_cosine`` the least cosine (``min_cosine`` is the criterion then); ``noise``: the reference's noise
-    floor per output (see :func:`compare`)."""
+    ``min_cosine`` the least cosine (``min_cosine`` is the criterion then); ``noise`` and ``cosine_noise``:
+    the reference's noise floor and cosine deficit per output (see :func:`compare`)."""
     noise = noise or [0.0] * len(refs)
-    checks = [compare(str(i), out, ref, rtol, atol, min_cosine, n)
-              for i, (out, ref, n) in enumerate(zip(ours, refs, noise))]
+    cosine_noise = cosine_noise or [0.0] * len(refs)
+    checks = [compare(str(i), out, ref, rtol, atol, min_cosine, n, c)
+              for i, (out, ref, n, c) in enumerate(zip(ours, refs, noise, cosine_noise))]
     worst = max(checks, key=lambda c: c.max_abs / max(c.tolerance / atol if atol else 1.0, 1e-30))
     result = {"max_abs_error": worst.max_abs, "output_scale": worst.tolerance / atol if atol else None,
               "outputs_match": all(c.ok for c in checks) and len(ours) == len(refs)}
     if any(c.noise for c in checks):
         result["noise_floor"] = max(c.noise for c in checks)
+    if any(c.cosine_noise for c in checks):  # the least cosine of the reference with itself
+        result["reference_cosine"] = 1.0 - max(c.cosine_noise for c in checks)
     cosines = [c.cosine for c in checks if c.cosine is not None]
     if cosines:
         result["min_cosine"] = min(cosines)

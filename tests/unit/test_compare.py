@@ -58,6 +58,56 @@ def test_an_ill_conditioned_output_matches_within_the_references_own_noise() -> 
     assert both["outputs_match"] and both["noise_floor"] == 1.5e-7
 
 
+
+def test_a_cosine_deficit_within_the_references_own_passes() -> None:
+    """Judged by cosine: an output whose two fp32 evaluations already disagree (cosine 0.9975, PP-OCRv4 det on
+    random pixels) passes at a deficit within 4x that; a wrong output (a shifted map) still fails, and without
+    a measured deficit the 0.999 bar stands."""
+    rng = np.random.default_rng(2)
+    ref = np.abs(rng.standard_normal(4096))
+    noisy = ref + 0.09 * rng.standard_normal(4096)  # cosine about 0.997
+    cos = cosine(noisy, ref)
+    assert 0.99 < cos < 0.999
+    assert not compare("map", noisy, ref, min_cosine=0.999).ok
+    judged = compare("map", noisy, ref, min_cosine=0.999, cosine_noise=0.0025)
+    assert judged.ok and "onnxruntime's own fp32 cosine 0.997500: ill-conditioned" in judged.line()
+    assert not compare("map", noisy, ref, min_cosine=0.999, cosine_noise=(1 - cos) / 5).ok
+    wrong = compare("map", np.roll(ref, 7), ref, min_cosine=0.999, cosine_noise=0.0025)
+    assert not wrong.ok and "MISMATCH" in wrong.line()
+    both = compare_outputs([noisy], [ref], 1e-3, 1e-4, 0.999, cosine_noise=[0.0025])
+    assert both["outputs_match"] and both["reference_cosine"] == pytest.approx(0.9975)
+
+
+def test_the_cosine_noise_is_onnxruntimes_cosine_with_itself(tmp_path) -> None:
+    """Conv + BatchNorm + Sigmoid: the BatchNorm folding onnxruntime does when optimizing moves the output by a
+    cosine deficit above 0 (tiny: a well-conditioned output); a lone Relu moves it by none (exactly 0)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from forgekit.evaluate import reference
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+             *(numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), n) for n in ("s", "v")),
+             *(numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), n) for n in ("b", "m"))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["z"]),
+             helper.make_node("Sigmoid", ["z"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])
+    graph = helper.make_graph(nodes, "cbns", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "cbns.onnx")
+    fed = {"x": rng.standard_normal((1, 8, 32, 32)).astype(np.float32)}
+    expected = reference.run(reference.session(tmp_path / "cbns.onnx"), fed)
+    deficit = reference.cosine_noise(tmp_path / "cbns.onnx", fed, expected)[0]
+    assert 0 < deficit < 1e-9, deficit
+    relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(relu, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "relu.onnx")
+    expected = reference.run(reference.session(tmp_path / "relu.onnx"), fed)
+    assert reference.cosine_noise(tmp_path / "relu.onnx", fed, expected) == [0.0]
+
+
 def test_the_noise_floor_is_onnxruntimes_disagreement_with_itself(tmp_path) -> None:
     """Conv + BatchNorm: onnxruntime folds the BatchNorm into the weights when optimizing, so the two graphs
     round differently (a floor above 0 but tiny); a lone Relu has nothing to fuse (floor 0)."""
