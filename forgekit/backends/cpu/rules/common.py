@@ -29,6 +29,12 @@ def blocks_of(sch: Schedule) -> list[SBlockRV]:
     return list(sch.get_child_blocks(sch.get_sblock("root")))
 
 
+def position(sch: Schedule, rvs: list[Any], target: Any) -> int:
+    """Where ``target`` (a block or loop RV) is in ``rvs``, compared by the schedule object it stands for."""
+    obj = sch.get(target)
+    return next(i for i, rv in enumerate(rvs) if sch.get(rv).same_as(obj))
+
+
 def iter_kinds(sch: Schedule, block: SBlockRV) -> str:
     return "".join({tirx.IterVar.DataPar: "S", tirx.IterVar.CommReduce: "R"}.get(i.iter_type, "O")
                    for i in sch.get(block).iter_vars)

@@ -30,6 +30,7 @@ from .common import (
     is_reduction,
     iter_kinds,
     parallel_spatial,
+    position,
     stack_budget,
     vectorize_inner,
 )
@@ -96,7 +97,7 @@ class DotTileRule(ScheduleRule):
         lanes = self.lanes
         intrin = self.intrinsic()
         blocks = blocks_of(sch)
-        idx = [i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(main))][0]
+        idx = position(sch, blocks, main)
         producers, consumers = blocks[:idx], blocks[idx + 1:]
         if any(is_reduction(sch, b) for b in producers + consumers):
             raise ValueError(f"unsupported: extra reductions around the {self.what} block")

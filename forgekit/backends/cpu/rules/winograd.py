@@ -22,7 +22,8 @@ from tvm.s_tir import Schedule
 
 from ..winograd import COLS, ROWS, TILE_ATTR
 from .base import ScheduleRule
-from .common import MIN_PARALLEL_ELEMS, attach_epilogue, blocks_of, ext, is_reduction, parallel_spatial, try_inline
+from .common import (MIN_PARALLEL_ELEMS, attach_epilogue, blocks_of, ext, is_reduction, parallel_spatial, position,
+                     try_inline)
 
 if TYPE_CHECKING:
     from ....targets.isa import IsaInfo
@@ -48,7 +49,7 @@ class WinogradRule(ScheduleRule):
         name, block = match
         lanes = tinfo.vec_lanes
         blocks = blocks_of(sch)
-        idx = [i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(block))][0]
+        idx = position(sch, blocks, block)
         producers, consumers = blocks[:idx], blocks[idx + 1:]
         if name == _INPUT:
             if consumers:
@@ -65,7 +66,7 @@ class WinogradRule(ScheduleRule):
                 # alpha * m (output) vectors, in registers and L1
                 sch.compute_at(p, anchor)
                 loops = sch.get_loops(p)
-                at = [k for k, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(anchor))][0]
+                at = position(sch, loops, anchor)
                 inner = loops[at + 1:]
                 for lp in inner[:-1]:
                     sch.unroll(lp)
@@ -83,6 +84,10 @@ class WinogradRule(ScheduleRule):
         e, t, c = sch.get_loops(block)
         if (ext(sch, c) or 1) % lanes:
             raise ValueError("channels not whole vectors")
+        # 16 cases for F(4x4) too, not its 36: a case is a few adds, and counting 36 made the transforms of 32-
+        # and 48-channel convs at 14x14/16x16 parallel and 1.2-1.35x slower per conv (min of 30 alternating
+        # blocks, 2 threads: 32ch 16x16 13.5 -> 16.8 us, 48ch 14x14 22.8 -> 30.8 us; 64ch, parallel either way,
+        # unchanged)
         work = (ext(sch, t) or 0) * (ext(sch, c) or 0) * 16
         c_o, c_l = sch.split(c, [None, lanes])
         sch.reorder(t, c_o, e, c_l)
