@@ -658,3 +658,25 @@ def resize_to_shape_of(mode: str = "nearest", dims: tuple = ("N", 8, 4, 4), targ
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
     model.ir_version = 7
     return model
+
+
+def levels_model() -> onnx.ModelProto:
+    """Input [1, 8, 16, 16]: 3x3 convs (a Winograd one: 32 -> 64 channels), a 1x1 conv with 48 channels (not
+    whole AVX-512 vectors) and a MatMul, every weight packing of the fp32 kernels, each over 4 KiB (lifted into
+    the weights the levels of a portable artifact share, tests/unit/test_shared_weights.py)."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["b", "w3"], ["c"]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "w4"], ["y"])]
+    graph = helper.make_graph(nodes, "levels", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 160])],
+                              [w("w1", 32, 8, 3, 3), w("w2", 64, 32, 3, 3), w("w3", 48, 64, 1, 1), w("w4", 48, 160)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

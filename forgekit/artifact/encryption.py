@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from . import metadata as md
-from .layout import KEY_FILE, LIBRARY_FILE, METADATA_FILE, artifact_dir, file_digest, library_files, read_metadata
+from .layout import (KEY_FILE, LIBRARY_FILE, METADATA_FILE, artifact_dir, file_digest, library_files, read_metadata,
+                     shared_weights_file)
 from .outputs import atomic_directory
 
 
@@ -35,6 +36,11 @@ def encrypt_artifact(artifact: str | os.PathLike[str], password: str) -> Path:
     if crypto.is_encrypted(library):
         raise UsageError(f"'{artifact}' is already encrypted.")
     meta = read_metadata(directory)
+    if shared_weights_file(meta):
+        # its levels map that file from their own directory, which a library loaded from memory has none of
+        raise UsageError(f"'{artifact}' keeps the weights its instruction-set levels share in "
+                         f"{shared_weights_file(meta)}, which cannot be encrypted in place: compile it again "
+                         "with --encrypt (each level's library then holds its own weights, encrypted).")
     others = [directory / name for name in library_files(meta)[1:]]
     crypto.encrypt_library(library, library, directory / KEY_FILE, password, uuid=meta["uuid"],
                            fingerprint=meta["model"]["fingerprint"], target=meta["build"]["target_name"],

@@ -20,6 +20,9 @@ QUANT_REPORT_FILE = "quantization_report.json"
 IR_FILE = "model.relax.py"
 RECORDS_DIR = "optimization_artifacts"
 BENCH_FILE = "bench.json"
+#: what a level's library of a portable artifact exports to map and check the weights file the levels share
+#: (forgekit/backends/cpu/shared_weights.py); the runtimes call it right after loading the library
+SHARED_WEIGHTS_CHECK = "forgekit_shared_weights"
 
 
 def variant_file(level: str) -> str:
@@ -29,13 +32,19 @@ def variant_file(level: str) -> str:
 
 def library_digests(meta: dict[str, Any] | None) -> dict[str, str | None]:
     """Every library file of an artifact -> the sha256 its metadata records: the baseline ``model_library.so``
-    first, then the other levels of a portable artifact (``library.variants``)."""
+    first, then the other levels of a portable artifact (``library.variants``) and the weights file they share
+    (``library.weights``)."""
     library = (meta or {}).get("library") or {}
     digests: dict[str, str | None] = {LIBRARY_FILE: library.get("sha256")}
-    for entry in library.get("variants") or []:
+    for entry in [*(library.get("variants") or []), library.get("weights") or {}]:
         if entry.get("file"):
             digests.setdefault(str(entry["file"]), entry.get("sha256"))
     return digests
+
+
+def shared_weights_file(meta: dict[str, Any] | None) -> str | None:
+    """The file the levels of a portable artifact share their weights in, if it has one."""
+    return (((meta or {}).get("library") or {}).get("weights") or {}).get("file")
 
 
 def library_files(meta: dict[str, Any] | None) -> list[str]:

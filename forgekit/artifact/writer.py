@@ -47,9 +47,10 @@ class CompileResult:
 
 
 def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Callable[..., Any] | None,
-                 opt_level: int, weights: Any = None) -> None:
+                 opt_level: int, weights: Any = None, shared: Any = None) -> None:
     """``export_library`` with the family's linker and export options, embedding ``weights`` (a
-    :class:`~forgekit.backends.cpu.weights.WeightStore`) when given; one line when linking fails."""
+    :class:`~forgekit.backends.cpu.weights.WeightStore`) when given, but for the arrays of ``shared`` (a
+    :class:`~forgekit.backends.cpu.shared_weights.SharedWeights`); one line when linking fails."""
     try:
         progress.report(f"linking {library.name}")
         options = spec.family_impl.export_options(spec, opt_level)
@@ -58,7 +59,7 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
                 from ..backends.cpu.weights import scratch_dir, with_sources
 
                 scratch = Path(stack.enter_context(scratch_dir()))
-                fcompile = with_sources(fcompile, weights.sources(scratch, spec.arch))
+                fcompile = with_sources(fcompile, weights.sources(scratch, spec.arch, shared))
             if fcompile is None:
                 executable.export_library(str(library), **options)
             else:
@@ -86,8 +87,17 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
     files = [(v, tmp / (LIBRARY_FILE if i == len(executables) - 1 else variant_file(v.name)))
              for i, (v, _) in enumerate(executables)]
     t_export = time.perf_counter()
+    shared = None
+    if len(executables) > 1 and options.encrypt_password is None:
+        # the levels' common weights, once, in a file they map (an encrypted artifact's levels embed theirs:
+        # loaded from memory, a library has no directory to find a file in)
+        from ..backends.cpu import shared_weights
+
+        shared = shared_weights.build([lowered.weights for _, lowered in executables])
+        if shared is not None:
+            shared.write(tmp)
     for (variant, path), (_, lowered) in zip(files, executables):
-        link_library(lowered.executable, path, variant.spec, fcompile, options.opt_level, lowered.weights)
+        link_library(lowered.executable, path, variant.spec, fcompile, options.opt_level, lowered.weights, shared)
     report.seconds["export"] = round(time.perf_counter() - t_export, 3)
     artifact_uuid = options.uuid or str(_uuid.uuid4())
     if options.encrypt_password is not None:
@@ -105,6 +115,9 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
     context["build"]["levels"] = [v.name for v, _ in files if v.name]
     if len(files) > 1:
         context["library"]["variants"] = [variant_entry(v.name, p, v.cpu_features) for v, p in files]
+    if shared is not None:  # the levels' common weights (forgekit.backends.cpu.shared_weights)
+        sha_w, size_w = file_digest(tmp / shared.name)
+        context["library"]["weights"] = {"file": shared.name, "sha256": sha_w, "size": size_w}
     (tmp / METADATA_FILE).write_text(md.render_metadata(**context))
     if ir_text is not None:
         (tmp / IR_FILE).write_text(ir_text)

@@ -230,8 +230,10 @@ def _summary(model: str, result: Any, opt_level: int) -> None:
         print(f"kernels:  {sum(rules.values())} scheduled by forgekit's rules ({top}{more})")
     levels = library.get("variants") or []
     if levels:  # a portable artifact: one library per instruction-set level, the best loaded at run time
-        total = sum(v["size"] for v in levels) / 1e6
-        print(f"levels:   {', '.join(v['name'] for v in levels)} ({total:.1f} MB in all; "
+        weights = library.get("weights") or {}
+        total = (sum(v["size"] for v in levels) + weights.get("size", 0)) / 1e6
+        shared = f", weights stored once in {weights['file']}" if weights else ""
+        print(f"levels:   {', '.join(v['name'] for v in levels)} ({total:.1f} MB in all{shared}; "
               "the best level a CPU has is loaded)")
     if build.get("arch"):
         features = build.get("cpu_features") or []

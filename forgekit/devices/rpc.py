@@ -177,10 +177,14 @@ def check_arch(session: Any, arch: str, what: str, config: RpcConfig) -> str | N
     return remote
 
 
-def load_library(session: Any, library: str | Path, config: RpcConfig) -> Any:
-    """Upload a shared library to the remote device and load it there; returns the remote module."""
+def load_library(session: Any, library: str | Path, config: RpcConfig, shared: str | Path | None = None) -> Any:
+    """Upload a shared library to the remote device and load it there; returns the remote module.  ``shared``:
+    the weights file of a portable artifact's levels, uploaded next to it under its own name (which carries
+    its content's digest, so clients of a shared server never clash)."""
     name = f"forgekit-{uuid.uuid4().hex[:12]}.so"  # servers are shared: never collide with another client
     try:
+        if shared is not None:
+            session.upload(str(shared), target=Path(shared).name)
         session.upload(str(library), target=name)
         return session.load_module(name)
     except Exception as exc:

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..artifact.layout import LIBRARY_FILE, read_metadata
+from ..artifact.layout import LIBRARY_FILE, read_metadata, shared_weights_file
 from ..errors import RPCError
 from . import DeviceRun
 from .rpc import RpcConfig, check_arch, connect, first_line, load_library
@@ -37,10 +37,13 @@ class RpcDevice:
 
     def run(self, artifact: Path, inputs: Sequence[Any], *, runs: int = 0, warmup: int = 0,
             timeout: float = 1800) -> DeviceRun:
-        arch = read_metadata(artifact).get("build", {}).get("arch", "")
+        meta = read_metadata(artifact)
+        arch = meta.get("build", {}).get("arch", "")
+        shared = shared_weights_file(meta)
         start = time.perf_counter()
         failure, (remote, outputs, seconds) = self._session(artifact / LIBRARY_FILE, arch, str(artifact),
-                                                            list(inputs), runs, warmup)
+                                                            list(inputs), runs, warmup,
+                                                            artifact / shared if shared else None)
         # The board serves one session at a time: the session must be gone before anything else asks for it.
         # Every remote handle lived in _session's frame (not in a traceback kept by the raise below); the
         # collection frees any cycle that still holds one.
@@ -51,7 +54,7 @@ class RpcDevice:
                          f"{self.config.describe()} ({remote or 'unknown arch'})")
 
     def _session(self, library: Path, arch: str, what: str, inputs: list[np.ndarray], runs: int,
-                 warmup: int) -> tuple[Exception | None, tuple[Any, Any, Any]]:
+                 warmup: int, shared: Path | None = None) -> tuple[Exception | None, tuple[Any, Any, Any]]:
         """Connect, load, run and time on the device: (error or None, (remote arch, outputs, run seconds)).
         Errors are returned, not raised, so no traceback keeps the session alive after this returns."""
         import tvm
@@ -62,7 +65,7 @@ class RpcDevice:
         try:
             session = connect(config)
             remote = check_arch(session, arch, f"'{what}'", config)
-            module = load_library(session, library, config)
+            module = load_library(session, library, config, shared)
             dev = session.cpu(0)
             vm = VirtualMachine(module, dev)
             args = [tvm.runtime.tensor(a, dev) for a in inputs]

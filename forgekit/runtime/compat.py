@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..artifact.layout import device_of
-from ..errors import IncompatibleArtifactError, NotAvailableError
+from ..artifact.layout import device_of, shared_weights_file
+from ..errors import ArtifactError, IncompatibleArtifactError, NotAvailableError
 from .cpu import first_runnable, host_arch, host_features, normalize_arch
 
 #: ELF e_machine -> architecture, for a library given without metadata
@@ -85,6 +85,22 @@ def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str 
 LEVEL_ENV = "FORGEKIT_LEVEL"
 
 
+def check_size(meta: dict[str, Any], library: Path) -> None:
+    """One line (ArtifactError) when ``library`` is not the size ``metadata.json`` records for it: a truncated
+    library is a SIGBUS at its first weight (red-team: ``forgekit run`` died with exit 135 and no message),
+    a partly copied one worse.  One ``stat``; the sha256 is for ``publish`` and ``verify``, which read it all."""
+    section = (meta or {}).get("library") or {}
+    sizes = {str(v.get("file")): v.get("size") for v in section.get("variants") or []}
+    sizes[str(section.get("file", library.name))] = section.get("size")
+    expected = sizes.get(library.name)
+    if not isinstance(expected, int) or not library.is_file():
+        return
+    actual = library.stat().st_size
+    if actual != expected:
+        raise ArtifactError(f"'{library}' is {actual} bytes but its metadata.json records {expected}: the file is "
+                            "damaged or was partly copied; copy the artifact again.")
+
+
 def choose_library(meta: dict[str, Any], library: Path, name: str | None = None) -> tuple[Path, str | None]:
     """The library of a portable artifact that this CPU runs best, and its level name.
 
@@ -111,4 +127,8 @@ def choose_library(meta: dict[str, Any], library: Path, name: str | None = None)
                                             f"{name or library}; unset it to let forgekit choose.")
     else:
         chosen = levels[best] if best is not None else levels[-1]
+    shared = shared_weights_file(meta)
+    if shared and not (library.parent / shared).is_file():  # the levels' common weights, mapped on first use
+        raise ArtifactError(f"{name or library} has no {shared}: the instruction-set levels of this portable "
+                            "artifact share their weights in it; copy the whole artifact directory.")
     return library.parent / str(chosen["file"]), str(chosen["name"])

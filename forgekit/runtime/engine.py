@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..artifact.layout import read_metadata, resolve
+from ..artifact.layout import SHARED_WEIGHTS_CHECK, read_metadata, resolve
 from ..errors import ArtifactError, InputError
-from .compat import check_runnable, choose_library
+from .compat import check_runnable, check_size, choose_library
 from .inputs import check_inputs, example_inputs
 from .loader import aligned_copy, ensure_runtime
 from .stats import latency_stats, time_calls
@@ -51,6 +51,7 @@ class Engine:
         check_runnable(self.metadata, library, str(path))
         #: the instruction-set level chosen for this CPU (portable artifacts; None for single-ISA ones)
         library, self.level = choose_library(self.metadata, library, str(path))
+        check_size(self.metadata, library)
         self.library_path = library
         ensure_runtime()
         import tvm_ffi
@@ -66,6 +67,9 @@ class Engine:
                 module = load_encrypted_module(library, key_path, password)
             else:
                 module = tvm_ffi.load_module(str(library))
+            if self.level is not None and module.implements_function(SHARED_WEIGHTS_CHECK, True):
+                # a portable artifact's shared weights file: mapped and checked now, not at the first inference
+                module.get_function(SHARED_WEIGHTS_CHECK, True)()
             self._vm = module["vm_load_executable"]()
             self._vm["vm_initialization"](_DLPACK_CPU, 0, _POOLED_ALLOCATOR, _DLPACK_CPU, 0, _POOLED_ALLOCATOR)
             self._main = self._vm["main"]

@@ -17,6 +17,14 @@ from typing import Any
 from ..runtime.cpu import CODEGEN_FEATURES
 
 
+#: the levels of a portable x86-64 artifact below v4 (:mod:`forgekit.targets.variants`): their kernels pack
+#: weights in the layout v4's do (:func:`forgekit.backends.cpu.tiling.layout_tile`), so the levels' packed
+#: weights are the same bytes, stored once (:mod:`forgekit.backends.cpu.shared_weights`)
+SHARED_LAYOUT_CPUS = frozenset({"x86-64-v3", "x86-64-v2"})
+#: the AVX-512 register file those levels take their weights' layout from
+LAYOUT_LANES, LAYOUT_REGS = 16, 32
+
+
 @dataclass(frozen=True)
 class IsaInfo:
     """The facts a schedule rule needs about a CPU target."""
@@ -29,6 +37,8 @@ class IsaInfo:
     #: "sdot" (ARMv8.2 ``sdot``, s8 x s8) or "" (none: exact generic integer code)
     dot: str = ""
     features: frozenset[str] = frozenset()
+    #: pack weights for AVX-512's tiles, whatever the vector width (see :data:`SHARED_LAYOUT_CPUS`)
+    shared_layout: bool = False
 
     @property
     def acc_budget(self) -> int:
@@ -80,8 +90,9 @@ def isa_info(target: Any) -> IsaInfo:
         return IsaInfo(4, 32, cores, "arm", "sdot" if "dotprod" in features else "", features)
     if "avx512f" in features:
         return IsaInfo(16, 32, cores, "x86", "vnni" if "avx512vnni" in features else "", features)
+    shared = mcpu in SHARED_LAYOUT_CPUS
     if "avx2" in features:
-        return IsaInfo(8, 16, cores, "x86", "", features)
+        return IsaInfo(8, 16, cores, "x86", "", features, shared)
     if mtriple.startswith("x86") or not mtriple:
-        return IsaInfo(4, 16, cores, "x86", "", features)
+        return IsaInfo(4, 16, cores, "x86", "", features, shared)
     return IsaInfo(4, 16, cores, "other", "", features)

@@ -183,6 +183,7 @@ void Open(const std::string& path, const char* key_file, const char* password, f
   m->meta = ReadMetadata(meta_path);
   CheckRunnable(m->meta, "'" + path + "'");
   std::tie(library, m->level) = ChooseLibrary(m->meta, dir, library);
+  CheckSize(m->meta, library);
   PromoteTvmLibraries();
   // TVM's workers spin 300000 sched_yields (50-200 ms) after every inference unless told otherwise; read when
   // the pool first starts (forgekit/runtime/loader.py SPIN_COUNT: the same default for the Python runtime)
@@ -208,6 +209,18 @@ void Open(const std::string& path, const char* key_file, const char* password, f
       m->library = LoadLibrary(library);
     } catch (const tvm::ffi::Error& e) {
       throw Failure(FK_ERR_ARTIFACT, "Cannot load '" + library + "': " + FirstLine(e.message()));
+    }
+  }
+  if (!m->level.empty()) {
+    // a portable artifact's levels may share their weights in one file next to them: mapped and checked now,
+    // so a missing or foreign file is a load error, not one at the first inference
+    // (forgekit/backends/cpu/shared_weights.py; SHARED_WEIGHTS_CHECK in forgekit/artifact/layout.py)
+    if (auto check = m->library->GetFunction("forgekit_shared_weights", true)) {
+      try {
+        (*check)();
+      } catch (const tvm::ffi::Error& e) {
+        throw Failure(FK_ERR_ARTIFACT, "Cannot load '" + library + "': " + FirstLine(e.message()));
+      }
     }
   }
   auto make_vm = m->library->GetFunction("vm_load_executable", true);

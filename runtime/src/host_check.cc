@@ -1,6 +1,7 @@
 // Can this machine run the artifact?  Answered from metadata.json before any of the model's code runs
 // (forgekit/runtime/compat.py): an AVX-512 library on an AVX2 CPU would otherwise die with SIGILL and no
 // message, an aarch64 library fails to load with a bare "No such file".
+#include <sys/stat.h>
 #include <sys/utsname.h>
 
 #include <cstdlib>
@@ -122,6 +123,21 @@ std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const st
   }
   const Variant& last = meta.variants.back();
   return {JoinPath(dir, last.file), last.name};
+}
+
+void CheckSize(const Metadata& meta, const std::string& library) {
+  std::string name = library.substr(library.find_last_of('/') + 1);
+  int64_t expected = name == meta.library_file ? meta.library_size : -1;
+  for (const Variant& v : meta.variants) {
+    if (v.file == name) expected = v.size;
+  }
+  struct stat st;
+  if (expected < 0 || stat(library.c_str(), &st) != 0) return;
+  if (static_cast<int64_t>(st.st_size) != expected) {
+    throw Failure(FK_ERR_ARTIFACT, "'" + library + "' is " + std::to_string(st.st_size) +
+                                       " bytes but its metadata.json records " + std::to_string(expected) +
+                                       ": the file is damaged or was partly copied; copy the artifact again.");
+  }
 }
 
 }  // namespace forgekit

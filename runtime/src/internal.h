@@ -26,12 +26,14 @@ struct TensorSpec {
 struct Variant {  // one instruction-set level of a portable artifact
   std::string name, file;
   std::vector<std::string> cpu_features;
+  int64_t size = -1;  // bytes, as metadata.json records them (-1: not recorded)
 };
 
 struct Metadata {
   std::string layout, library_file, arch, cpu, target_name, device_os = "linux", device_kind = "cpu";
   std::vector<std::string> cpu_features;
   std::vector<Variant> variants;
+  int64_t library_size = -1;  // of library_file (-1: not recorded)
   std::vector<TensorSpec> inputs, outputs;
 };
 
@@ -43,6 +45,9 @@ void CheckRunnable(const Metadata& meta, const std::string& what);
 // The library file (within dir) this CPU runs best, and its level name ("" for single-level artifacts).
 std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const std::string& dir,
                                                   const std::string& library);
+// Failure (FK_ERR_ARTIFACT) when the library is not the size metadata.json records (truncated, partly copied):
+// forgekit.runtime.compat.check_size.
+void CheckSize(const Metadata& meta, const std::string& library);
 
 // True when the file starts with the encrypted-library magic bytes.
 bool IsEncrypted(const std::string& path);

@@ -108,8 +108,10 @@ Metadata ReadMetadata(const std::string& path) {
   for (const Any& spec : Arr(model, "inputs")) meta.inputs.push_back(ParseTensor(spec, dynamic, "'" + path + "'"));
   for (const Any& spec : Arr(model, "outputs")) meta.outputs.push_back(ParseTensor(spec, dynamic, "'" + path + "'"));
   meta.library_file = Str(library, "file", "model_library.so");
+  meta.library_size = Int(library, "size").value_or(-1);
   for (const Any& entry : Arr(library, "variants")) {
-    meta.variants.push_back({Str(entry, "name"), Str(entry, "file"), Strings(entry, "cpu_features")});
+    meta.variants.push_back({Str(entry, "name"), Str(entry, "file"), Strings(entry, "cpu_features"),
+                             Int(entry, "size").value_or(-1)});
   }
   meta.arch = Str(build, "arch");
   meta.cpu = Str(build, "cpu");

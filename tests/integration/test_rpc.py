@@ -150,6 +150,18 @@ def test_bench_over_tracker_matches_onnxruntime(x86_server: str, host_artifact: 
                                    "remote_arch": os.uname().machine}
 
 
+def test_portable_artifact_with_shared_weights(x86_server: str, tmp_path: Path) -> None:
+    """A portable artifact's baseline library maps the weights file its levels share from its own directory: the
+    file goes to the server next to it (under its digest-carrying name, safe on a shared server)."""
+    from onnx_models import levels_model
+
+    onnx.save(levels_model(), tmp_path / "levels.onnx")
+    out = forgekit.from_onnx(tmp_path / "levels.onnx").compile(target="x86-64", output_path=tmp_path / "p").path
+    assert list(out.glob("model_weights.*.bin"))
+    result = benchmark_artifact(out, tmp_path / "levels.onnx", runs=2, warmup=0, rpc_tracker=x86_server,
+                                rpc_key=X86_KEY)
+    assert result.outputs_match is True
+
 def test_bench_two_inputs_two_outputs(x86_server: str, tmp_path: Path) -> None:
     """Every output is fetched from the device and compared (the VM returns a tuple)."""
     onnx.save(make_two_output_model(), tmp_path / "two.onnx")

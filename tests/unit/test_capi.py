@@ -242,6 +242,45 @@ def test_portable_artifact_runs_its_best_level(capi, tmp_path) -> None:
     assert unknown.returncode == 16 and "FORGEKIT_LEVEL=v9 is not a level" in unknown.stderr
 
 
+def test_portable_levels_share_one_weights_file(capi, tmp_path) -> None:
+    """A portable artifact whose levels keep their common weights in one file (shared_weights.py): every level
+    runs from it, and a missing or foreign file is refused when the model loads (FK_ERR_ARTIFACT), one line."""
+    import json
+
+    import forgekit
+
+    from conftest import ort_run
+    from onnx_models import levels_model
+
+    artifact = forgekit.from_onnx(levels_model()).compile(output_path=tmp_path / "shared").path
+    weights = json.loads((artifact / "metadata.json").read_text())["library"]["weights"]["file"]
+    xa = np.random.default_rng(3).random((1, 8, 16, 16), dtype=np.float32)
+    x = save(tmp_path, "x.npy", xa)
+    expected = ort_run(levels_model(), {"x": xa})[0]
+    for level in ("x86-64-v3", "x86-64-v2"):
+        done = run(capi, artifact, x, out=tmp_path / level, env={"FORGEKIT_LEVEL": level})
+        assert done.returncode == 0 and f"level: {level}" in done.stdout, done.stderr
+        (result,) = list((tmp_path / level).glob("*.npy"))
+        np.testing.assert_allclose(np.load(result), expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
+    data = bytearray((artifact / weights).read_bytes())
+    data[30] ^= 0xFF  # a byte of the header's digest: another build's file
+    (artifact / weights).write_bytes(bytes(data))
+    foreign = run(capi, artifact, x, out=tmp_path / "foreign")
+    assert foreign.returncode == 7 and "header mismatch" in foreign.stderr, foreign.stderr
+    (artifact / weights).unlink()
+    missing = run(capi, artifact, x, out=tmp_path / "missing")
+    assert missing.returncode == 7 and "cannot open" in missing.stderr and weights in missing.stderr, missing.stderr
+    assert not (tmp_path / "foreign").exists() and not (tmp_path / "missing").exists()
+
+def test_a_truncated_library_is_refused_at_load(capi, convnet_compiled, convnet_input, tmp_path) -> None:
+    """As forgekit.runtime.compat.check_size: a library shorter than metadata.json records, one line, exit 7."""
+    copy = shutil.copytree(convnet_compiled, tmp_path / "copy")
+    data = (copy / "model_library.so").read_bytes()
+    (copy / "model_library.so").write_bytes(data[: len(data) - 4096])
+    done = run(capi, copy, save(tmp_path, "in.npy", convnet_input), out=tmp_path / "out")
+    assert done.returncode == 7 and "partly copied" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
 def test_build_is_cached_by_source_hash(capi, tmp_path) -> None:
     again = build_capi(capi.directory.parent)
     assert again == capi and again.library.stat().st_mtime == capi.library.stat().st_mtime

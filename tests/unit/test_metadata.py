@@ -71,6 +71,8 @@ PORTABLE_LIBRARY = {
          "cpu_features": sorted(V2 + ["avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"])},
         {"name": "x86-64-v2", "file": "model_library.so", "sha256": "ab" * 32, "size": 1234, "cpu_features": V2},
     ],
+    # the arrays the levels share (forgekit/backends/cpu/shared_weights.py), stored once
+    "weights": {"file": "model_weights.0123456789abcdef.bin", "sha256": "03" * 32, "size": 4096},
 }
 PORTABLE_BUILD = {
     **CONTEXT["build"], "target": {"kind": "llvm", "mcpu": "x86-64-v2", "mtriple": "x86_64-linux-gnu"},

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -90,6 +92,21 @@ def test_missing_and_broken_artifacts(tmp_path) -> None:
     with pytest.raises(ArtifactError, match="Cannot load"):
         Engine(broken)
 
+
+def test_a_truncated_library_is_one_line_not_a_bus_error(convnet_compiled, tmp_path) -> None:
+    """A library shorter than metadata.json says (a partial copy) died with SIGBUS at its first weight, exit 135
+    and no message (red-team); one stat at load says what is wrong."""
+    import shutil
+
+    from conftest import run_cli
+
+    copy = Path(shutil.copytree(convnet_compiled, tmp_path / "copy"))
+    data = (copy / "model_library.so").read_bytes()
+    (copy / "model_library.so").write_bytes(data[: len(data) - 4096])
+    with pytest.raises(ArtifactError, match="bytes but its metadata.json records .*partly copied"):
+        Engine(copy)
+    proc = run_cli("run", str(copy), "--random")
+    assert proc.returncode == 7 and "partly copied" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 def test_runtime_does_not_import_the_compiler(convnet_compiled) -> None:
     code = (

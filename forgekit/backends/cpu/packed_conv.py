@@ -17,7 +17,7 @@ from tvm import relax, te, topi
 
 from . import winograd
 from .dynamic_matmul import legalize_dynamic_matmul
-from .tiling import choose_tiles, round_up
+from .tiling import choose_tiles, layout_tile, round_up
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -115,6 +115,7 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
         vt, rt = choose_tiles(ocp, ow if isinstance(ow, int) else None, tinfo)
         if ocp % vt:
             return _default(bb, call)
+        vt = layout_tile(ocp, ow if isinstance(ow, int) else None, tinfo)  # the packing's; the rule keeps its own
         owp = ow if isinstance(ow, int) else round_up(ow, rt)
         packed = np.ascontiguousarray(
             w.reshape(kh, kw, icg, ocp // vt, vt).transpose(3, 0, 1, 2, 4))
@@ -176,6 +177,7 @@ def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
         vt, rt = choose_tiles(npad, m if isinstance(m, int) else None, tinfo)
         if npad % vt or vt == npad:
             return _default(bb, call)
+        vt = wide if (wide := layout_tile(npad, m if isinstance(m, int) else None, tinfo)) != npad else vt
         packed = np.ascontiguousarray(w.reshape(k, npad // vt, vt).transpose(1, 0, 2))
         lead = xs[:-1]
         mp = m if isinstance(m, int) else round_up(m, rt)

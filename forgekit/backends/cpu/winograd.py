@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from tvm import te, tirx, topi
 
-from .tiling import choose_tiles
+from .tiling import layout_tile
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -136,7 +136,7 @@ class Gemm:
 def fp32_gemm(e: int, c: int, k: int, tiles: int, tinfo: IsaInfo) -> Gemm:
     """fp32 multiply-adds on U packed ``[E, K/vt, C, vt]`` (the matmul rule's vector tile ``vt``, as in
     :mod:`.packed_conv`)."""
-    vt, _ = choose_tiles(k, tiles, tinfo)
+    vt = layout_tile(k, tiles, tinfo)
 
     def pack(u: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(u.reshape(e, c, k // vt, vt).transpose(0, 2, 1, 3))
