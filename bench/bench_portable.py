@@ -59,6 +59,8 @@ def main() -> None:
             meta = built["portable"].metadata
             levels = [v["name"] for v in meta["library"]["variants"]]
             sizes = {v["name"]: v["size"] for v in meta["library"]["variants"]}
+            if meta["library"].get("weights"):  # the arrays the levels share, stored once
+                sizes["shared weights"] = meta["library"]["weights"]["size"]
             engines = {"host": Engine(built["host"].path), "auto": Engine(built["portable"].path)}
             for level in levels:
                 needs = next(v["cpu_features"] for v in meta["library"]["variants"] if v["name"] == level)

@@ -222,6 +222,8 @@ def check_space(output: Path, weight_bytes: int) -> None:
         needs[device] = (total + size + SPACE_MARGIN, where)
     for total, where in needs.values():
         stats = os.statvfs(where)
+        if stats.f_blocks == 0:  # /proc, /sys: no blocks to count; writing there fails with its own reason
+            continue
         free = stats.f_bavail * stats.f_frsize
         if free < total:
             raise write_error(output, OSError(errno.ENOSPC, f"No space left on device ({free >> 20} MiB free in "

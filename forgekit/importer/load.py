@@ -123,8 +123,8 @@ def normalize_shape_dict(model: onnx.ModelProto, shape_dict: dict[str, Any] | No
                 out[name] = _symbol_value(name, shape)
                 continue
             extra = f" (or one of the dimension symbols: {', '.join(sorted(symbols))})" if symbols else ""
-            raise UsageError(f"shape_dict names input '{name}', but the model's inputs are: {', '.join(names)}"
-                             f"{extra}.")
+            raise UsageError(f"The input shapes (--input-shape / shape_dict) name input '{name}', but the model's "
+                             f"inputs are: {', '.join(names)}{extra}.")
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise UsageError(f"shape_dict['{name}'] must be a list of dimensions such as [1, 3, 224, 224], "
                              f"got {shape!r}.")

@@ -161,3 +161,17 @@ def test_read_only_and_full_disks(workspace: Path, tmp_path: Path) -> None:
     finally:
         _umount(ro)
         _umount(small)
+
+
+def test_a_pseudo_file_system_is_not_called_full() -> None:
+    """/proc has no blocks to count (statvfs: 0 free of 0): the space check called it "No space left on device
+    (0 MiB free in /proc)" (red-team); it leaves such a folder to the write, whose own reason is the line."""
+    from forgekit.artifact.outputs import check_space
+
+    check_space(Path("/proc/forgekit-output"), 10 << 20)  # no OutputWriteError
+
+
+def test_a_wrong_input_shape_name_names_the_cli_option(workspace: Path) -> None:
+    proc = run_cli("compile", str(workspace / "model.onnx"), "-o", str(workspace / "o"), "--input-shape",
+                   "wrongname=1x3x8x8")
+    one_line(proc, 2, "--input-shape", "wrongname")
