@@ -79,7 +79,8 @@ def _static_shapes_only(name: str) -> Callable[[], Any]:
 
     FuseTransposeMatmul turns ``q @ transpose(k)`` into an ``NT_matmul`` PrimFunc of its own, which the
     symbolic-extent matmul legalization (backends/cpu/dynamic_matmul.py) never sees: on a dynamic sequence
-    length that kernel fell to the generic reduction schedule."""
+    length that kernel fell to the generic reduction schedule.  Also skipped for ragged static shapes
+    (:mod:`.transpose_matmul`)."""
     def make() -> Any:
         import tvm
         from tvm import relax
@@ -88,8 +89,13 @@ def _static_shapes_only(name: str) -> Callable[[], Any]:
 
         @tvm.ir.transform.module_pass(opt_level=0, name=f"forgekit.{name}IfStatic")
         def wrapped(mod: Any, ctx: Any) -> Any:
-            dynamic = any(gv.name_hint == "main" for gv in mod.get_global_vars()) and input_symbols(mod["main"])
-            return mod if dynamic else inner(mod)
+            from .transpose_matmul import has_ragged_transposed_matmul
+
+            if not any(gv.name_hint == "main" for gv in mod.get_global_vars()):
+                return inner(mod)
+            main = mod["main"]
+            # a symbolic or ragged (ViT's 101 tokens) q @ k^T keeps forgekit's padded matmul instead
+            return mod if input_symbols(main) or has_ragged_transposed_matmul(main) else inner(mod)
 
         return wrapped
 

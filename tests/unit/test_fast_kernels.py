@@ -80,3 +80,53 @@ def test_softmax_rows_of_any_length_are_whole_vectors(classes, padded) -> None:
     x = np.random.default_rng(0).standard_normal((3, classes)).astype(np.float32) * 3
     x[2, 7] = 60.0  # one saturated row
     assert_close(run(x), ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("rows", [101, 197])
+def test_prime_row_counts_get_whole_register_tiles(rows: int) -> None:
+    """ViT's token counts (the class token on 10x10 or 14x14 patches): 101 and 197 are prime, so the register
+    tile (a divisor of the rows) was 1 row, every weight vector load feeding one multiply-add: a small ViT ran
+    2.1x onnxruntime's latency (red-team).  The kernel now computes an even few more rows (112, 210) in
+    7-row tiles, the extra ones from a clamped input row, sliced off."""
+    k = n = 96
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((k, n)).astype(np.float32) * 0.2, "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "tokens",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    text, run = _scheduled(model, {"x": [1, rows, k]})
+    assert "T.unroll(T.int64(1))" not in text and "T_slice_n" in text, text
+    x = np.random.default_rng(rows).standard_normal((1, rows, k)).astype(np.float32)
+    assert_close(run(x), ort_run(model, {"x": x})[0])
+
+
+def test_prime_output_widths_get_whole_register_tiles() -> None:
+    """The same for a convolution's output width (the register axis of its tile): 19 pixels, 20 computed."""
+    w = numpy_helper.from_array(np.random.default_rng(2).standard_normal((64, 32, 1, 1)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "wide",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 19, 19])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    text, run = _scheduled(model, {"x": [1, 32, 19, 19]})
+    assert "T.unroll(T.int64(1))" not in text and "T_slice_oc" in text, text
+    x = np.random.default_rng(3).standard_normal((1, 32, 19, 19)).astype(np.float32)
+    assert_close(run(x), ort_run(model, {"x": x})[0])
+
+
+def test_attention_on_a_prime_token_count_is_tiled() -> None:
+    """q @ k^T and softmax @ v on 101 tokens (static): the columns (101) are not whole vectors and the rows
+    have no register tile, so the stock kernel ran one column at a time (4.8 GFLOP/s in a small ViT); they are
+    padded as a symbolic sequence's are now (zero columns, clamped rows, sliced off)."""
+    heads, s, d = 3, 101, 32
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["sc"]),
+             helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [heads, s, d]) for n in ("q", "k", "v")]
+    graph = helper.make_graph(nodes, "attn", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    text, run = _scheduled(model, {n: [heads, s, d] for n in ("q", "k", "v")})
+    assert text.count("T_slice_n") >= 2 and "T_pad_cols" in text, text
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((heads, s, d)).astype(np.float32) for _ in range(3))
+    assert_close(run(q, k, v), ort_run(model, {"q": q, "k": k, "v": v})[0])

@@ -7,7 +7,8 @@ the symbolic rows are rounded up to ``rt`` and read clamped (``A[min(m, M - 1)]`
 and the symbolic columns to ``vt`` from a zero-padded copy of ``B`` (a clamp there would turn every vector
 load into a gather); the epilogue slices the extra rows and columns off.  The reduction may stay symbolic:
 it is a serial loop.  Without this, attention at S=128 ran 30x slower than its static twin (generic
-reduction fallback).
+reduction fallback).  Static sizes get the same padding where the stock kernel would tile badly: columns
+that are not whole vectors, rows without a good register tile (:func:`.tiling.padded_rows`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from .tiling import choose_tiles, round_up, symbolic_vector_tile
+from .tiling import choose_tiles, padded_rows, round_up, symbolic_vector_tile
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -30,7 +31,8 @@ def _static(v: Any) -> int | None:
 
 def legalize_dynamic_matmul(bb: Any, call: Any, tinfo: IsaInfo) -> Any | None:
     """The legalized call, or None when this is not a float32 activation matmul with a symbolic row,
-    column or reduction extent and equal batch dimensions."""
+    column or reduction extent (or static ones the rule cannot tile well: :func:`_static_but_ragged`) and
+    equal batch dimensions."""
     a, b = call.args
     if a.ty.shape is None or b.ty.shape is None or str(a.ty.dtype) != "float32" or str(b.ty.dtype) != "float32":
         return None
@@ -41,26 +43,49 @@ def legalize_dynamic_matmul(bb: Any, call: Any, tinfo: IsaInfo) -> Any | None:
             tvm_ffi.structural_equal(p, q) for p, q in zip(xs[:-2], ys[:-2])):
         return None
     m, k, n = xs[-2], xs[-1], ys[-1]
-    if all(_static(v) is not None for v in (m, k, n)) or not tvm_ffi.structural_equal(k, ys[-2]):
+    if not tvm_ffi.structural_equal(k, ys[-2]):
         return None
     lead = xs[:-2]
     ns, ms = _static(n), _static(m)
+    if all(_static(v) is not None for v in (m, k, n)):
+        return _static_but_ragged(bb, a, b, lead, (ms, int(k), ns), tinfo)
     vt = choose_tiles(ns, ms, tinfo)[0] if ns is not None else symbolic_vector_tile(tinfo)
     rt = choose_tiles(ns if ns is not None else vt, ms, tinfo)[1]
     if ns is not None and ns % vt:
         return None  # a static column count the rule cannot tile exactly: leave it to the stock kernel
     mp = m if ms is not None else round_up(m, rt)
     np_ = n if ns is not None else round_up(n, vt)
+    return bb.call_te(_padded_matmul(lead, m, n, k, mp, np_, ms is None, ns is None), a, b,
+                      primfunc_name_hint="matmul")
+
+
+def _static_but_ragged(bb: Any, a: Any, b: Any, lead: list, mkn: tuple[int, int, int], tinfo: IsaInfo) -> Any | None:
+    """A static activation matmul whose columns are not whole vectors or whose rows have no good register
+    tile, padded like a symbolic one (None, the stock kernel, otherwise).  ViT's attention on 101 tokens (a
+    prime): ``q @ k^T`` [101, 64] x [64, 101] ran one column at a time (4.8 GFLOP/s), ``softmax @ v``
+    [101, 101] x [101, 64] in 1-row tiles (14 GFLOP/s)."""
+    m, k, n = mkn
+    lanes = tinfo.vec_lanes
+    np_ = -(-n // lanes) * lanes if n % lanes and n > lanes else n
+    mp = padded_rows(np_, m, tinfo)
+    if (mp, np_) == (m, n) or np_ % choose_tiles(np_, mp, tinfo)[0]:
+        return None
+    return bb.call_te(_padded_matmul(lead, m, n, k, mp, np_, mp != m, np_ != n), a, b, primfunc_name_hint="matmul")
+
+
+def _padded_matmul(lead: list, m: Any, n: Any, k: Any, mp: Any, np_: Any, clamp_rows: bool, pad_cols: bool) -> Any:
+    """The TE function: ``mp`` x ``np_`` outputs (rows past ``m`` from a clamped row, columns past ``n`` from
+    zeros), sliced to ``m`` x ``n``."""
 
     def f(x: Any, y: Any) -> Any:
-        if ns is None:
+        if pad_cols:
             y = te.compute((*lead, k, np_), lambda *i: tirx.if_then_else(
                 i[-1] < n, y(*i[:-1], tirx.min(i[-1], n - 1)), tirx.const(0.0, "float32")), name="T_pad_cols")
-        row = (lambda i: i) if ms is not None else (lambda i: tirx.min(i, m - 1))  # noqa: E731
+        row = (lambda i: tirx.min(i, m - 1)) if clamp_rows else (lambda i: i)  # noqa: E731
         r = te.reduce_axis((0, k), "k")
         out = te.compute((*lead, mp, np_), lambda *i: te.sum(x(*i[:-2], row(i[-2]), r) * y(*i[:-2], r, i[-1]),
                                                             axis=[r]), name="matmul")
-        if mp is m and np_ is n:
+        if not clamp_rows and not pad_cols:
             return out
         return te.compute((*lead, m, n), lambda *i: out(*i), name="T_slice_n")
-    return bb.call_te(f, a, b, primfunc_name_hint="matmul")
+    return f

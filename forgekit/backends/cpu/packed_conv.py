@@ -17,7 +17,7 @@ from tvm import relax, te, topi
 
 from . import winograd
 from .dynamic_matmul import legalize_dynamic_matmul
-from .tiling import choose_tiles, layout_tile, round_up
+from .tiling import choose_tiles, layout_tile, padded_rows, round_up
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -112,11 +112,12 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
             # so the micro-kernel keeps full-width vectors
             ocp = (oc + lanes - 1) // lanes * lanes
             w = np.concatenate([w, np.zeros((kh, kw, icg, ocp - oc), w.dtype)], axis=3)
-        vt, rt = choose_tiles(ocp, ow if isinstance(ow, int) else None, tinfo)
+        wrows = padded_rows(ocp, ow, tinfo) if isinstance(ow, int) else None  # a prime width: a few more
+        vt, rt = choose_tiles(ocp, wrows, tinfo)
         if ocp % vt:
             return _default(bb, call)
-        vt = layout_tile(ocp, ow if isinstance(ow, int) else None, tinfo)  # the packing's; the rule keeps its own
-        owp = ow if isinstance(ow, int) else round_up(ow, rt)
+        vt = layout_tile(ocp, wrows, tinfo)  # the packing's; the rule keeps its own
+        owp = (ow if wrows == ow else wrows) if wrows is not None else round_up(ow, rt)
         packed = np.ascontiguousarray(
             w.reshape(kh, kw, icg, ocp // vt, vt).transpose(3, 0, 1, 2, 4))
         ocg = oc // groups
@@ -174,13 +175,14 @@ def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
         # projection, whose rows are the time steps; tiled one row at a time it ran at 1/3 of numpy's sgemm)
         ra = len(xs) - 3 if len(xs) >= 3 and xs[-2] == 1 else len(xs) - 2
         m = xs[ra]
-        vt, rt = choose_tiles(npad, m if isinstance(m, int) else None, tinfo)
+        mrows = padded_rows(npad, m, tinfo) if isinstance(m, int) else None  # a prime M: a few more rows
+        vt, rt = choose_tiles(npad, mrows, tinfo)
         if npad % vt or vt == npad:
             return _default(bb, call)
-        vt = wide if (wide := layout_tile(npad, m if isinstance(m, int) else None, tinfo)) != npad else vt
+        vt = wide if (wide := layout_tile(npad, mrows, tinfo)) != npad else vt
         packed = np.ascontiguousarray(w.reshape(k, npad // vt, vt).transpose(1, 0, 2))
         lead = xs[:-1]
-        mp = m if isinstance(m, int) else round_up(m, rt)
+        mp = (m if mrows == m else mrows) if mrows is not None else round_up(m, rt)
         row = (lambda i: i) if mp is m else (lambda i: tvm.tirx.min(i, m - 1))  # noqa: E731
         shape = [mp if j == ra else d for j, d in enumerate(lead)]
 

@@ -96,16 +96,47 @@ def layout_tile(ev: int, er: int | None, tinfo: IsaInfo) -> int:
     return wide if wide is not None else _own_tiles(ev, er, tinfo)[0]
 
 
+def padded_rows(ev: int, er: int, tinfo: IsaInfo) -> int:
+    """The rows a kernel with a static register axis of ``er`` computes: ``er``, or a few more when ``er`` has
+    no divisor that makes a good register tile (a prime: ViT's 197 or 101 tokens, the class token on 14x14 or
+    10x10 patches, left 1-row tiles, each weight load feeding one row).  The extra rows read a clamped
+    (valid, repeated) input row and are sliced off, as a symbolic axis's are (:func:`round_up`); at most
+    an eighth more rows, and only where the tile's reuse at least doubles.  A ``shared_layout`` target pads
+    as AVX-512 would, so every level of a portable artifact packs the same weights, and to an even count, so
+    the AVX2 and SSE levels, whose register budget allows 2-row tiles there, get them too (101 -> 112 rather
+    than 105, 197 -> 210)."""
+    isa = _layout_isa(tinfo) if tinfo.shared_layout else tinfo
+    current = _reuse(ev, er, isa)
+    if current > 4:  # e.g. 128 rows: 4-row tiles of 2 vectors
+        return er
+    best, best_reuse = er, current
+    for rows in range(er + 2 - er % 2, er + max(2, er // 8) + 1, 2):
+        reuse = _reuse(ev, rows, isa) * er / rows
+        if reuse > best_reuse:
+            best, best_reuse = rows, reuse
+    return best if best_reuse >= 2 * current else er
+
+
+def _reuse(ev: int, er: int, tinfo: IsaInfo) -> int:
+    """:func:`_own_tiles`' reuse score of its tile for these extents."""
+    vt, rt = _own_tiles(ev, er, tinfo)
+    return min(rt, 8) * max(1, vt // tinfo.vec_lanes)
+
+
+def _layout_isa(tinfo: IsaInfo) -> IsaInfo:
+    from dataclasses import replace
+
+    from ...targets.isa import LAYOUT_LANES, LAYOUT_REGS
+
+    return replace(tinfo, vec_lanes=LAYOUT_LANES, num_regs=LAYOUT_REGS, shared_layout=False)
+
+
 def _wide_tile(ev: int, er: int | None, tinfo: IsaInfo) -> int | None:
     """AVX-512's vector tile for a ``shared_layout`` target, when it is whole vectors of the target's (not for
     an axis of fewer lanes, e.g. a 4-channel output conv); None otherwise."""
     if not tinfo.shared_layout:
         return None
-    from dataclasses import replace
-
-    from ...targets.isa import LAYOUT_LANES, LAYOUT_REGS
-
-    wide = _own_tiles(ev, er, replace(tinfo, vec_lanes=LAYOUT_LANES, num_regs=LAYOUT_REGS, shared_layout=False))[0]
+    wide = _own_tiles(ev, er, _layout_isa(tinfo))[0]
     return wide if wide % tinfo.vec_lanes == 0 and ev % wide == 0 else None
 
 
