@@ -39,6 +39,10 @@ def stage_artifact(library: Path, meta_path: Path | None, dest: Path, key_path: 
     key_path, password = crypto.artifact_key(library, key_path, password)
     for name, source in zip(names, sources):
         crypto.decrypt_library(source, key_path, password, dest / name)
+    if meta is not None:  # the plaintext libraries' sizes and digests: the runtimes check the sizes at load
+        from ..artifact.encryption import rewrite_metadata
+
+        rewrite_metadata(dest, encrypted=False)
     return dest
 
 
