@@ -17,8 +17,8 @@ LANES = 16
 
 def ragged(m: int, n: int) -> bool:
     """Whether an [m, k] x [k, n] product is one the CPU matmul rules tile badly as is: columns not whole
-    vectors, or rows with no divisor from 4 to 8 (a register tile)."""
-    return (n % LANES != 0 and n > LANES) or not any(m % d == 0 for d in range(4, 9))
+    vectors, or more than 8 rows with no divisor from 4 to 8 (a register tile; up to 8 rows are one tile)."""
+    return (n % LANES != 0 and n > LANES) or (m > 8 and not any(m % d == 0 for d in range(4, 9)))
 
 
 def has_ragged_transposed_matmul(func: Any) -> bool:

@@ -190,3 +190,13 @@ def test_other_transposed_convs_are_left_alone_and_still_match(kernel, stride, p
     model = conv_transpose(kernel, stride, pads, output_padding, group)
     assert "conv2d_transpose" in _nhwc_graph(model, {"x": [2, 8, 5, 7]})
     _check_every_level(model, (8, 5, 7), batches=(1, 3))
+
+
+@pytest.mark.parametrize(("m", "n", "expected"), [(128, 128, False), (101, 101, True), (197, 64, True),
+                                                   (3, 48, False), (1, 100, True), (64, 24, True)])
+def test_transposed_matmuls_keep_forgekits_padding_when_ragged(m: int, n: int, expected: bool) -> None:
+    """FuseTransposeMatmul's NT_matmul bypasses forgekit's padded matmul: it runs only where the shapes tile
+    well as they are (BERT's 128 tokens), not on ViT's 101 tokens or columns that are not whole vectors."""
+    from forgekit.passes.transpose_matmul import ragged
+
+    assert ragged(m, n) is expected
