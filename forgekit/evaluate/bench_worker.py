@@ -71,15 +71,24 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         fns["onnxruntime"] = lambda: session.run(None, feeds)
         expected = reference.run(reference.session(job["onnx"], job["threads"]), feeds)  # exact int8
         ours = engine.infer(*arrays)
-        result.update(compare_outputs(ours, expected, job["rtol"], job["atol"], job.get("min_cosine")))
-        noise = cos_noise = None
-        if not result["outputs_match"] and job.get("min_cosine") is None:  # ill-conditioned, or wrong?
-            noise = reference.noise_floor(job["onnx"], feeds, expected)
-            result.update(compare_outputs(ours, expected, job["rtol"], job["atol"], None, noise))
-        elif not result["outputs_match"]:
-            cos_noise = reference.cosine_noise(job["onnx"], feeds, expected)
-            result.update(compare_outputs(ours, expected, job["rtol"], job["atol"], job["min_cosine"],
-                                          cosine_noise=cos_noise))
+        allowances: dict[str, list[float]] = {}  # the reference's own noise, measured once when first needed
+
+        def judge(outputs: list[Any], min_cosine: float | None) -> dict[str, Any]:
+            """compare_outputs, then, for a mismatch (ill-conditioned, or wrong?), again with the reference's
+            own noise: its floor for fp32 outputs, its cosine deficit for reduced-precision ones."""
+            judged = compare_outputs(outputs, expected, job["rtol"], job["atol"], min_cosine)
+            if judged["outputs_match"]:
+                return judged
+            if min_cosine is None:
+                if "floor" not in allowances:
+                    allowances["floor"] = reference.noise_floor(job["onnx"], feeds, expected)
+                return compare_outputs(outputs, expected, job["rtol"], job["atol"], None, allowances["floor"])
+            if "cosine" not in allowances:
+                allowances["cosine"] = reference.cosine_noise(job["onnx"], feeds, expected)
+            return compare_outputs(outputs, expected, job["rtol"], job["atol"], min_cosine,
+                                   cosine_noise=allowances["cosine"])
+
+        result.update(judge(ours, job.get("min_cosine")))
         from . import peers
 
         result["peers"] = {}
@@ -88,15 +97,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 fns[run.label] = run.call
                 # a peer running bf16/f16 is judged as forgekit's bf16 artifacts are: by cosine
                 reduced = MIN_COSINE.get({"bf16": "bfloat16", "f16": "float16"}.get(run.precision, ""))
-                judged = compare_outputs(run.outputs, expected, job["rtol"], job["atol"], reduced)
-                if not judged["outputs_match"]:  # the same allowance for the reference's noise as forgekit's
-                    if reduced:
-                        cos_noise = cos_noise or reference.cosine_noise(job["onnx"], feeds, expected)
-                    else:
-                        noise = noise or reference.noise_floor(job["onnx"], feeds, expected)
-                    judged = compare_outputs(run.outputs, expected, job["rtol"], job["atol"], reduced,
-                                             None if reduced else noise, cos_noise if reduced else None)
-                result["peers"][run.label] = {"precision": run.precision, "peer": peer, **judged}
+                result["peers"][run.label] = {"precision": run.precision, "peer": peer, **judge(run.outputs, reduced)}
     runs, warmup = job["runs"], job["warmup"]
     for fn in fns.values():
         for _ in range(warmup):

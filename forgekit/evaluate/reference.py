@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -89,10 +89,8 @@ def noise_floor(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expecte
     probability map (max 2.1e-5), where onnxruntime disagrees with itself by 1.5e-7 (0.7 %); forgekit and
     OpenVINO f32 differ from it by the same 1.4e-7, which a tolerance relative to the output's largest
     magnitude (2e-9) calls wrong."""
-    plain = run(session(onnx_model, optimized=False), fed)
-    return [float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
-            if np.asarray(b).dtype.kind == "f" and np.asarray(a).shape == np.asarray(b).shape else 0.0
-            for a, b in zip(plain, expected)]
+    return _against_plain(onnx_model, fed, expected, lambda a, b: float(
+        np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0)))
 
 
 def cosine_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray]) -> list[float]:
@@ -104,8 +102,15 @@ def cosine_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expect
     artifact (0.9965; 0.99997 on a text page) wrong; OpenVINO's own bf16 reaches 0.977 there."""
     from .compare import cosine
 
+    # equal outputs: exactly 0, not the rounding of a @ b / norms
+    return _against_plain(onnx_model, fed, expected,
+                          lambda a, b: 0.0 if np.array_equal(a, b) else max(0.0, 1.0 - cosine(a, b)))
+
+
+def _against_plain(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray],
+                   measure: Callable[[np.ndarray, np.ndarray], float]) -> list[float]:
+    """``measure(plain, reference)`` per float output of the same shape (0 for the others), ``plain`` from
+    onnxruntime running the graph as written: what :func:`noise_floor` and :func:`cosine_noise` compare."""
     plain = run(session(onnx_model, optimized=False), fed)
-    return [max(0.0, 1.0 - cosine(a, b))  # equal outputs: exactly 0, not the rounding of a @ b / norms
-            if np.asarray(b).dtype.kind == "f" and np.asarray(a).shape == np.asarray(b).shape
-            and not np.array_equal(a, b) else 0.0
+    return [measure(a, b) if np.asarray(b).dtype.kind == "f" and np.asarray(a).shape == np.asarray(b).shape else 0.0
             for a, b in zip(plain, expected)]
