@@ -2,8 +2,11 @@
 
 Python delivers SIGINT as KeyboardInterrupt, but when it lands while TVM's C++ code is running, TVM's FFI
 hands it back as its own error (a ``RuntimeError`` with no message), which a stage would then report as "TVM
-failed to compile", exit 6.  :func:`watch` records that SIGINT arrived; :func:`check` turns any error
-raised after it into the KeyboardInterrupt it was (the CLI exits 130).
+failed to compile", exit 6, and a fallback around a TVM call may even carry on and finish (exit 0).
+:func:`watch` records that SIGINT arrived; :func:`check` turns any error raised after it into the
+KeyboardInterrupt it was, and a block that finishes after one raises it when it ends.  Every CLI verb runs
+inside one watch, so a stage that wraps TVM's errors in its own one-line error needs no care of its own: the
+CLI reads :func:`interrupted` (exit 130).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import signal
 import threading
 from typing import Any, Iterator
 
-_state = {"interrupted": False}
+_state = {"interrupted": False, "depth": 0}
 
 
 def _handler(signum: int, frame: Any) -> None:
@@ -21,17 +24,31 @@ def _handler(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def interrupted() -> bool:
+    """Whether SIGINT arrived inside the outermost watch now running."""
+    return bool(_state["interrupted"])
+
+
 @contextlib.contextmanager
 def watch() -> Iterator[None]:
     """Record SIGINT within the block (main thread only; elsewhere signals cannot be handled anyway)."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # SIG_IGN: started with Ctrl-C ignored (nohup, a background job of a script), which stays so
         yield
         return
-    _state["interrupted"] = False
+    outermost = _state["depth"] == 0
+    if outermost:  # an inner block must not forget an interrupt an outer one already saw
+        _state["interrupted"] = False
     previous = signal.signal(signal.SIGINT, _handler)
+    _state["depth"] += 1
     try:
         yield
+        if _state["interrupted"]:
+            # the KeyboardInterrupt was raised inside a callback that TVM (or a fallback around a TVM call)
+            # caught and carried on from: the block finished, but the user asked to stop.
+            raise KeyboardInterrupt
     finally:
+        _state["depth"] -= 1
         signal.signal(signal.SIGINT, previous)
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable
 
 import typer
 
-from .. import __version__, log
+from .. import __version__, interrupts, log
 from ..errors import ForgekitError
 
 app = typer.Typer(
@@ -84,8 +84,11 @@ def command(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with interrupts.watch():
+                return func(*args, **kwargs)
         except ForgekitError as exc:
+            if interrupts.interrupted():  # a stage reported the interrupted TVM call as its own failure
+                _fail("interrupted", 130)
             if _DEBUG["on"]:
                 raise
             _fail(str(exc), exc.exit_code)

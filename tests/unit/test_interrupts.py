@@ -1,0 +1,66 @@
+"""Ctrl-C inside a watched block is a KeyboardInterrupt even when something on the way swallowed it, and a
+process started with Ctrl-C ignored keeps ignoring it."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from forgekit import interrupts
+
+
+def test_an_interrupt_swallowed_inside_the_block_is_raised_when_it_ends() -> None:
+    # what happens when SIGINT lands in a Python callback that TVM calls: the KeyboardInterrupt becomes a
+    # TVM error, and a fallback around the call carries on.  Before the fix the compile finished, exit 0.
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.watch():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # the handler runs between bytecodes
+                    pass
+            except KeyboardInterrupt:
+                pass
+            finished = True
+    assert finished
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_error_after_the_interrupt_becomes_the_interrupt() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.watch():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+            except KeyboardInterrupt:
+                try:
+                    raise RuntimeError("")  # TVM's FFI hands the interrupt back as an empty error
+                except RuntimeError as exc:
+                    interrupts.check(exc)
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts.watch():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_inner_block_keeps_what_the_outer_one_saw() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.watch():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+            except KeyboardInterrupt:
+                pass
+            with interrupts.watch():  # a later stage's own watch must not reset it
+                pass
+    assert interrupts.interrupted()
