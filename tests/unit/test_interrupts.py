@@ -11,6 +11,15 @@ import pytest
 from forgekit import interrupts
 
 
+@pytest.fixture(autouse=True)
+def sigint_handled():
+    """Python's own Ctrl-C handler, as in a terminal: a test run started in the background inherits SIGINT
+    ignored, which :func:`interrupts.watch` rightly leaves alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_an_interrupt_swallowed_inside_the_block_is_raised_when_it_ends() -> None:
     # what happens when SIGINT lands in a Python callback that TVM calls: the KeyboardInterrupt becomes a
     # TVM error, and a fallback around the call carries on.  Before the fix the compile finished, exit 0.
