@@ -680,3 +680,20 @@ def levels_model() -> onnx.ModelProto:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 160])],
                               [w("w1", 32, 8, 3, 3), w("w2", 64, 32, 3, 3), w("w3", 48, 64, 1, 1), w("w4", 48, 160)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def stride_chain(channels=(32, 32, 64, 64), seed=0):
+    """A detector's backbone in miniature on ``x[1, 16, H, W]``: stride-2 3x3 convolutions with SiLU, each
+    halving the map (H/2 ... H/16), ``channels`` output channels each."""
+    n = helper.make_node
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev, c = [], [], "x", 16
+    for i, co in enumerate(channels):
+        inits += [numpy_helper.from_array((rng.standard_normal((co, c, 3, 3)) * (2 / (9 * c)) ** 0.5).astype(np.float32),
+                                          f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(co) * 0.1).astype(np.float32), f"b{i}")]
+        nodes += [n("Conv", [prev, f"w{i}", f"b{i}"], [f"y{i}"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                  n("Sigmoid", [f"y{i}"], [f"s{i}"]), n("Mul", [f"y{i}", f"s{i}"], [f"z{i}"])]
+        prev, c = f"z{i}", co
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, "H", "W"])],
+                  [helper.make_tensor_value_info(prev, F32, None)], inits, opset=17)

@@ -211,7 +211,7 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: 
     if device_of(meta) != {"os": "linux", "kind": "cpu"}:
         raise RPCError(f"'{artifact}' is a {build.get('family')} artifact: forgekit benches CPU Linux artifacts "
                        "over RPC.")
-    inputs = example_inputs(model.get("inputs", []), random=True, seed=0)
+    inputs = example_inputs(model.get("inputs", []), random=True, seed=0, ranges=model.get("dynamic"))
     expected = None
     if onnx_model:
         sess = reference.session(onnx_model)

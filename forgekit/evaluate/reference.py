@@ -39,7 +39,9 @@ def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # its warnings are not the user's business
+    # 4: fatal only.  Its warnings are not the user's business, and its errors reach us as exceptions that
+    # become one line; at 3 a failing node also printed its own colored log line to stderr first
+    options.log_severity_level = 4
     if not optimized:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     for key, value in (EXACT_INT8.items() if exact else ()):

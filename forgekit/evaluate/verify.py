@@ -99,7 +99,7 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
     build, model = meta["build"], meta["model"]
     device = device_for(meta, log)
     sess = reference.session(onnx_model)
-    inputs = example_inputs(model["inputs"], random=True, seed=seed)
+    inputs = example_inputs(model["inputs"], random=True, seed=seed, ranges=model.get("dynamic"))
     expected = reference.run(sess, reference.feeds(sess, [t["name"] for t in model["inputs"]], inputs,
                                                    f"'{onnx_model}'"), f"'{onnx_model}'")
     result = VerifyResult(str(artifact), build.get("target_name", ""), build.get("arch", ""), device.name, rtol, atol,

@@ -143,8 +143,10 @@ class Engine:
             self.infer(*feeds)
 
     def example_inputs(self, random: bool = True, seed: int = 0) -> list[np.ndarray]:
-        """Inputs matching the metadata (symbolic dims set to 1): random in [0, 1) or zeros."""
-        return example_inputs(self._inputs, random=random, seed=seed)
+        """Inputs matching the metadata (a symbolic dim: 1, or the middle of its ``--dynamic`` range): random in
+        [0, 1) or zeros."""
+        return example_inputs(self._inputs, random=random, seed=seed,
+                              ranges=self.metadata.get("model", {}).get("dynamic"))
 
     def time_runs(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> list[float]:
         """Milliseconds of each of ``n`` runs after ``warmup`` untimed ones (inputs checked and converted once)."""

@@ -10,16 +10,34 @@ import numpy as np
 from ..errors import InputError
 
 
+def example_size(span: Mapping[str, Any] | None) -> int:
+    """The size example inputs give a symbolic dimension: 1 without a range (a batch); within one (metadata
+    ``model.dynamic``, ``--dynamic H=32..640:32``), the geometric middle of its ends on its step (160 there,
+    23 for S=1..512).  Not an end: 1 is outside most ranges (the artifact refuses it), and a model's own
+    arithmetic may break at the smallest size it was compiled for (NudeNet's 32x32 fails in onnxruntime)."""
+    if not span:
+        return 1
+    low = int(span.get("min", 1))
+    high = int(span.get("max", low))
+    step = int(span.get("step", 1) or 1)
+    middle = round((low * high) ** 0.5 / step) * step
+    first = -(-low // step) * step  # the smallest multiple of the step in the range
+    return max(first, min(middle, high // step * step))
+
+
 def example_inputs(specs: Sequence[Mapping[str, Any]], random: bool = True, seed: int = 0,
-                   sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
+                   sizes: Mapping[str, int] | None = None,
+                   ranges: Mapping[str, Mapping[str, Any]] | None = None) -> list[np.ndarray]:
     """Inputs for metadata tensor specs (``{"name", "shape", "dtype"}``): random (floats in [0, 1), 0/1 for
     masks and booleans, integers in [0, 10)) or zeros.  Symbolic dims take their value from ``sizes``
-    (symbol -> int), else 1."""
+    (symbol -> int), else :func:`example_size` of their ``ranges`` entry (metadata ``model.dynamic``)."""
     rng = np.random.default_rng(seed)
     sizes = sizes or {}
+    ranges = ranges or {}
     out = []
     for spec in specs:
-        shape = tuple(d if isinstance(d, int) else int(sizes.get(str(d), 1)) for d in spec["shape"])
+        shape = tuple(d if isinstance(d, int) else int(sizes.get(str(d), example_size(ranges.get(str(d)))))
+                      for d in spec["shape"])
         dtype = np.dtype(spec["dtype"])
         if not random:
             out.append(np.zeros(shape, dtype))

@@ -17,7 +17,7 @@ from tvm import relax, te, topi
 
 from . import winograd
 from .dynamic_matmul import legalize_dynamic_matmul
-from .tiling import choose_tiles, layout_tile, padded_rows, round_up
+from .tiling import choose_tiles, layout_tile, padded_rows, round_up, symbolic_factor
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -75,6 +75,14 @@ def exact_in_fp32(call: Any, w: np.ndarray) -> bool:
     return kh * kw * icg * 128 * 255 < _FP32_EXACT
 
 
+def _rounded_width(ow: Any, rt: int) -> Any:
+    """A symbolic output width rounded up to the register tile, or ``ow`` itself when it already is a multiple
+    (``4 * (W / 32)`` for a 4-row tile: no extra columns, no slice)."""
+    if tvm.sym.Analyzer().can_prove(tvm.tirx.floormod(ow, rt) == 0):
+        return ow
+    return round_up(ow, rt)
+
+
 def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
     def _legalize(bb: Any, call: Any) -> Any:
         a = call.attrs
@@ -113,11 +121,11 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
             ocp = (oc + lanes - 1) // lanes * lanes
             w = np.concatenate([w, np.zeros((kh, kw, icg, ocp - oc), w.dtype)], axis=3)
         wrows = padded_rows(ocp, ow, tinfo) if isinstance(ow, int) else None  # a prime width: a few more
-        vt, rt = choose_tiles(ocp, wrows, tinfo)
+        vt, rt = choose_tiles(ocp, wrows, tinfo, symbolic_factor(ow) if wrows is None else 1)
         if ocp % vt:
             return _default(bb, call)
         vt = layout_tile(ocp, wrows, tinfo)  # the packing's; the rule keeps its own
-        owp = (ow if wrows == ow else wrows) if wrows is not None else round_up(ow, rt)
+        owp = (ow if wrows == ow else wrows) if wrows is not None else _rounded_width(ow, rt)
         packed = np.ascontiguousarray(
             w.reshape(kh, kw, icg, ocp // vt, vt).transpose(3, 0, 1, 2, 4))
         ocg = oc // groups

@@ -28,7 +28,7 @@ from tvm.ir import TensorLoad as _BufferLoad
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..tiling import choose_tiles, symbolic_vector_tile
+from ..tiling import choose_tiles, symbolic_factor, symbolic_vector_tile
 from .common import (
     multiple_of,
     SYMBOLIC_GUESS,
@@ -171,19 +171,21 @@ def _is_identity_copy(sch: Schedule, blk: SBlockRV) -> bool:
     return all(a.same_as(c) for a, c in zip(ld.indices, st.indices))
 
 
-def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None]:
+def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None, int]:
+    """Extents of the vector and register axes (None: symbolic), and the power of two the register axis is
+    known to be a multiple of when symbolic (:func:`~..tiling.symbolic_factor`)."""
     sl = sch.get_loops(g.block)[: g.n_spatial]
     ev = ext(sch, sl[g.vpos])
     er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
-    return ev, er
+    return ev, er, symbolic_factor(sch.get(sl[g.rpos]).extent) if er is None else 1
 
 
-def _tiles(ev: int | None, er: int | None, tinfo: IsaInfo) -> tuple[int, int]:
+def _tiles(ev: int | None, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tuple[int, int]:
     """(vector tile, register tile); a symbolic vector axis has dynamic_matmul's tile."""
     if ev is None:
         vt = symbolic_vector_tile(tinfo)
-        return vt, choose_tiles(vt, er, tinfo)[1]
-    return choose_tiles(ev, er, tinfo)
+        return vt, choose_tiles(vt, er, tinfo, factor)[1]
+    return choose_tiles(ev, er, tinfo, factor)
 
 
 def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any]]:
@@ -196,9 +198,9 @@ def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any
     """
     from .common import divisors
 
-    ev, er = _extents(sch, g)
+    ev, er, factor = _extents(sch, g)
     lanes, budget = tinfo.vec_lanes, tinfo.acc_budget
-    vt0, rt0 = _tiles(ev, er, tinfo)
+    vt0, rt0 = _tiles(ev, er, tinfo, factor)
     if ev is None:  # a column count rounded up to the vector tile: that tile only
         return [{"vt": vt0, "rt": rt, "order": order} for rt in divisors(rt0) for order in ORDERS]
     space = [{"vt": vt0, "rt": rt0, "order": DEFAULT_ORDER}]
@@ -228,9 +230,8 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
     main = g.block
     loops = sch.get_loops(main)
     sl, rl = loops[: g.n_spatial], loops[g.n_spatial:]
-    ev = ext(sch, sl[g.vpos])
-    er = ext(sch, sl[g.rpos]) if g.rpos is not None else 1
-    vt, rt = _tiles(ev, er, tinfo)
+    ev, er, factor = _extents(sch, g)
+    vt, rt = _tiles(ev, er, tinfo, factor)
     order = DEFAULT_ORDER
     if knobs:
         vt, rt, order = knobs["vt"], knobs["rt"], knobs.get("order", DEFAULT_ORDER)
