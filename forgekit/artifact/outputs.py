@@ -118,6 +118,12 @@ def _check_writable(out: Path) -> None:
     if not os.access(probe, os.W_OK | os.X_OK):
         code = errno.EROFS if _read_only(probe) else errno.EACCES
         raise write_error(out, OSError(code, os.strerror(code))) from None
+    # permission bits are not the whole story: root may "access" /proc or /sys, where creating anything fails
+    # (-o /proc/x failed only after the whole compile).  The writer makes its staging folder here too.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".forgekit-probe-", dir=probe))
+    except OSError as exc:
+        raise write_error(out, OSError(exc.errno, f"'{probe}' takes no new folders ({exc.strerror})")) from None
 
 
 def _read_only(path: Path) -> bool:

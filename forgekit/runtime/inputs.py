@@ -17,9 +17,9 @@ def example_size(span: Mapping[str, Any] | None) -> int:
     arithmetic may break at the smallest size it was compiled for (NudeNet's 32x32 fails in onnxruntime)."""
     if not span:
         return 1
-    low = int(span.get("min", 1))
-    high = int(span.get("max", low))
-    step = int(span.get("step", 1) or 1)
+    low = int(span.get("min") or 1)
+    high = int(span.get("max") or low)  # no upper end: its smallest size
+    step = int(span.get("step") or 1)
     middle = round((low * high) ** 0.5 / step) * step
     first = -(-low // step) * step  # the smallest multiple of the step in the range
     return max(first, min(middle, high // step * step))

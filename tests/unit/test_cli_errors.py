@@ -186,3 +186,14 @@ def test_debug_still_shows_the_traceback(tmp_path: Path) -> None:
     proc = run_cli("compile", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "o"), "--debug")
     assert proc.returncode != 0 and "Traceback" in proc.stderr
     assert os.environ.get("GITHUB_ACTIONS") != "true" or "::error::" in proc.stderr
+
+
+def test_an_output_on_a_virtual_file_system_fails_before_the_compile(convnet_path: Path) -> None:
+    """root "may write" /proc by its permission bits, but nothing can be created there: the compile ran to
+    the end and only then failed to write.  A probe folder now fails it first (one line, no progress
+    lines: the compile never started)."""
+    if not Path("/proc/self").exists():
+        pytest.skip("no /proc here")
+    line = one_line(run_cli("compile", str(convnet_path), "-o", "/proc/forgekit-test-out"), 15,
+                    "Cannot write '/proc/forgekit-test-out'", "takes no new folders")
+    assert "Nothing was written" in line
