@@ -11,17 +11,19 @@ from ..errors import InputError
 
 
 def example_size(span: Mapping[str, Any] | None) -> int:
-    """The size example inputs give a symbolic dimension: 1 without a range (a batch); within one (metadata
-    ``model.dynamic``, ``--dynamic H=32..640:32``), the geometric middle of its ends on its step (160 there,
-    23 for S=1..512).  Not an end: 1 is outside most ranges (the artifact refuses it), and a model's own
-    arithmetic may break at the smallest size it was compiled for (NudeNet's 32x32 fails in onnxruntime)."""
+    """The size example inputs give a symbolic dimension: 1 when the artifact serves it (no range, or one
+    from 1, on its step); otherwise the geometric middle of the range's ends, on its step (``--dynamic
+    H=32..640:32``: 128).  Not the smallest size: a model's own arithmetic may break there (NudeNet 320n cannot
+    run 32x32, in onnxruntime either)."""
     if not span:
         return 1
     low = int(span.get("min") or 1)
     high = int(span.get("max") or low)  # no upper end: its smallest size
     step = int(span.get("step") or 1)
-    middle = round((low * high) ** 0.5 / step) * step
     first = -(-low // step) * step  # the smallest multiple of the step in the range
+    if first == 1:
+        return 1
+    middle = round((low * high) ** 0.5 / step) * step
     return max(first, min(middle, high // step * step))
 
 
