@@ -87,8 +87,6 @@ def command(func: Callable[..., Any]) -> Callable[..., Any]:
             with interrupts.watch():
                 return func(*args, **kwargs)
         except ForgekitError as exc:
-            if interrupts.interrupted():  # a stage reported the interrupted TVM call as its own failure
-                _fail("interrupted", 130)
             if _DEBUG["on"]:
                 raise
             _fail(str(exc), exc.exit_code)
