@@ -3,6 +3,7 @@ process started with Ctrl-C ignored keeps ignoring it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -53,14 +54,20 @@ def test_an_error_after_the_interrupt_becomes_the_interrupt() -> None:
                 interrupts.check(exc)
 
 
-def test_an_ignored_sigint_stays_ignored() -> None:
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored within the block, as a process started in the background has it."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with interrupts.watch():
-            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGINT)
+        yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    with _sigint_ignored(), interrupts.watch():
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def test_an_inner_block_keeps_what_the_outer_one_saw() -> None:
@@ -79,13 +86,9 @@ def test_a_handled_interrupt_is_not_held_against_later_calls() -> None:
         with interrupts.watch():
             assert _swallowed_sigint()
     interrupts.check(RuntimeError("a later, unrelated error"))  # no KeyboardInterrupt
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with pytest.raises(ValueError):
-            with interrupts.watch():
-                raise ValueError("an error, not an interrupt")
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with _sigint_ignored(), pytest.raises(ValueError):
+        with interrupts.watch():
+            raise ValueError("an error, not an interrupt")
 
 
 def test_an_error_after_the_interrupt_is_the_interrupt() -> None:
