@@ -697,3 +697,37 @@ def stride_chain(channels=(32, 32, 64, 64), seed=0):
         prev, c = f"z{i}", co
     return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, "H", "W"])],
                   [helper.make_tensor_value_info(prev, F32, None)], inits, opset=17)
+
+
+def bottleneck(seed=0):
+    """A ResNet bottleneck and a MobileNet-style branch on ``x[1, 16, 14, 14]``, for bf16 activations::
+
+        a = relu(conv1x1(x, 16->64))                 read by a Winograd 3x3 conv and the residual add
+        b = relu(conv3x3(a, 64->32))                 read by a bf16 1x1 conv only
+        e = relu(conv1x1(b, 32->64) + a)             read by a stride-2 3x3 conv and a depthwise conv (fp32)
+        f = relu(depthwise3x3(e))                    read by a stride-2 1x1 conv only
+        h = relu(conv1x1(x, 16->32))                 an output, and read by a bf16 1x1 conv
+        out1 = conv3x3/s2(e, 64->32), out2 = conv1x1/s2(f, 64->32), out3 = conv1x1(h, 32->32), h
+
+    (1x1 convs over 16 channels stay fp32: bf16.MIN_PRODUCTS.)
+    """
+    n = helper.make_node
+    rng = np.random.default_rng(seed)
+
+    def w(name, o, i, k):
+        return numpy_helper.from_array((rng.standard_normal((o, i, k, k)) * (2 / (i * k * k)) ** 0.5)
+                                       .astype(np.float32), name)
+    inits = [w("w1", 64, 16, 1), w("w2", 32, 64, 3), w("w3", 64, 32, 1), w("wd", 64, 1, 3), w("w4", 32, 64, 3),
+             w("w5", 32, 64, 1), w("w6", 32, 16, 1), w("w7", 32, 32, 1)]
+    nodes = [n("Conv", ["x", "w1"], ["c1"]), n("Relu", ["c1"], ["a"]),
+             n("Conv", ["a", "w2"], ["c2"], pads=[1, 1, 1, 1]), n("Relu", ["c2"], ["b"]),
+             n("Conv", ["b", "w3"], ["c3"]), n("Add", ["c3", "a"], ["d"]), n("Relu", ["d"], ["e"]),
+             n("Conv", ["e", "wd"], ["cd"], pads=[1, 1, 1, 1], group=64), n("Relu", ["cd"], ["f"]),
+             n("Conv", ["e", "w4"], ["out1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             n("Conv", ["f", "w5"], ["out2"], strides=[2, 2]),
+             n("Conv", ["x", "w6"], ["c6"]), n("Relu", ["c6"], ["h"]), n("Conv", ["h", "w7"], ["out3"])]
+    outs = [helper.make_tensor_value_info("out1", F32, [1, 32, 7, 7]),
+            helper.make_tensor_value_info("out2", F32, [1, 32, 7, 7]),
+            helper.make_tensor_value_info("out3", F32, [1, 32, 14, 14]),
+            helper.make_tensor_value_info("h", F32, [1, 32, 14, 14])]
+    return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, 14, 14])], outs, inits, opset=17)

@@ -83,9 +83,15 @@ def fusion_passes(target: Any, use_nhwc: bool = True, fast_math: bool = True, pa
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
     T = relax.transform
+    rounded = []
+    if bf16 and use_nhwc and pack_weights:  # bf16 tensors between the bf16 convs (see bf16_activations.py)
+        from .bf16_activations import bf16_activations_pass
+
+        rounded = [bf16_activations_pass(target)]
     return [
         *cpu_generic.library_dispatch_passes(target),
         preprocess(use_nhwc),
+        *rounded,
         T.LegalizeOps(_legalize_map(target, fast_math, pack_weights, bf16)),
         T.AnnotateTIROpPattern(),
         T.FoldConstant(),

@@ -29,6 +29,7 @@ matmul's symbolic rows) and non-constant weights keep the fp32 kernels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -126,70 +127,111 @@ def _eligible(call: Any, w: np.ndarray | None) -> bool:
             and str(call.attrs.out_dtype) in ("", "None", "void", "float32") and data.ty.shape is not None)
 
 
+@dataclass(frozen=True)
+class ConvPlan:
+    """A conv2d the bf16 kernel runs (:func:`conv_plan`): NHWC input ``n, h, wd, ic`` (``n`` may be symbolic),
+    HWIO fp32 weights ``w``, and the geometry of :func:`.packed_conv.conv_geometry`."""
+
+    w: np.ndarray
+    n: Any
+    h: int
+    wd: int
+    ic: int
+    strides: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    out: tuple[int, int]
+    winograd: bool
+
+
+def conv_plan(call: Any) -> ConvPlan | None:
+    """How the bf16 kernel runs ``call`` (a ``relax.nn.conv2d``), or None where the fp32 kernel keeps it: groups
+    other than 1, layouts other than NHWC/HWIO, non-constant weights, symbolic sizes other than the batch (the
+    fp32 kernel rounds those up to its register tile), and convs too small to gain (:func:`worth_bf16`)."""
+    if getattr(call, "op", None) is None or getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return None
+    a = call.attrs
+    w = _const_value(call.args[1])
+    if (not _eligible(call, w) or int(a.groups) != 1 or a.data_layout != "NHWC" or a.kernel_layout != "HWIO"
+            or a.out_layout != "NHWC"):
+        return None
+    _, *hwc = call.args[0].ty.shape.values
+    try:  # a symbolic batch is fine (a parallel loop)
+        h, wd, ic = _ints(hwc)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    kh, kw, _, oc = w.shape
+    if not worth_bf16(oc, ic * kh * kw):
+        return None
+    (sh, sw), (dh, dw), (pt, pl, pb, pr), out = conv_geometry(a, h, wd, kh, kw)
+    n = _int_or_expr(call.args[0].ty.shape.values[0])
+    return ConvPlan(w, n, h, wd, ic, (sh, sw), (dh, dw), (pt, pl, pb, pr), out,
+                    ic % RED == 0 and winograd.applies(a, w, (n, h, wd, ic), LANES))
+
+
+def emit_conv(bb: Any, plan: ConvPlan, data: Any, tinfo: IsaInfo, rounded: bool = False) -> Any:
+    """The bf16 kernel of ``plan`` on ``data`` (fp32 NHWC, or with ``rounded`` its bf16 bits as ``uint16``, see
+    :mod:`.bf16_activations`); returns the output call (fp32 NHWC)."""
+    w, h, wd, ic = plan.w, plan.h, plan.wd, plan.ic
+    kh, kw, _, oc = w.shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = plan.strides, plan.dilation, plan.pads, plan.out
+    if plan.winograd:
+        # F(2x2, 3x3) only: with F(4x4, 3x3)'s larger transforms around the rounding of V and U, one 64->64
+        # conv at 56x56 kept a cosine of 0.99990 against float64 (F(2x2): 0.9999976, direct: 0.9999993)
+        return winograd.emit(bb, data, w, (plan.n, h, wd, ic), (plan.n, oh, ow, oc), tinfo, winograd.F2,
+                             winograd_gemm, load=from_bf16 if rounded else None)
+    icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
+    wpad = np.zeros((kh, kw, icp, ocp), np.uint16)
+    wpad[:, :, :ic, :oc] = round_bf16(w)
+    packed = np.ascontiguousarray(
+        wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
+
+    # a 1x1 stride-2 downsample (ResNet-50: 56x56x256, 28x28x512, 14x14x1024) rounded its whole input,
+    # 4x the pixels it reads
+    subsample = kh == kw == 1 and (sh, sw) != (1, 1) and pt == pl == pb == pr == 0
+    # bf16 input without padding: the kernel reads it as it is, no prologue pass over it
+    direct = rounded and pt == pl == pb == pr == 0 and icp == ic
+
+    def f(x: Any, wp: Any) -> Any:
+        nb = x.shape[0]  # the placeholder's own batch (a symbolic one is a fresh var of this function)
+
+        def padded(b: Any, y: Any, xx: Any, c: Any) -> Any:
+            inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
+            # clamped indices keep the region analysis inside the input
+            v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
+            return _guarded(inside, v if rounded else to_bf16(v))
+        if direct:
+            xs = x
+        elif subsample:  # a strided 1x1 reads one pixel in sh * sw: round only those
+            xs = te.compute((nb, oh, ow, icp), lambda b, y, xx, c: padded(b, y * sh, xx * sw, c),
+                            name="data_bf16")
+        else:
+            xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), padded, name="data_bf16")
+        ys, xs_ = (1, 1) if subsample and not direct else (sh, sw)
+        ry = te.reduce_axis((0, kh), "ry")
+        rx = te.reduce_axis((0, kw), "rx")
+        rc = te.reduce_axis((0, icp // RED), "rc")
+        ri = te.reduce_axis((0, RED), "ri")
+        acc = te.compute(
+            (nb, oh, ow, ocp),
+            lambda b, y, xx, ff: te.sum(
+                from_bf16(xs[b, y * ys + ry * dh, xx * xs_ + rx * dw, rc * RED + ri])
+                * from_bf16(wp[ff // LANES, ry, rx, rc, ff % LANES, ri]), axis=[ry, rx, rc, ri]),
+            name="conv2d_nhwc_bf16")
+        if ocp == oc:
+            return acc
+        return te.compute((nb, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")
+    return bb.call_te(f, data, relax.const(packed), primfunc_name_hint="conv2d_bf16")
+
+
 def make_conv2d_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
-    """conv2d legalization: the bf16 kernel for fp32 NHWC/HWIO convolutions (groups 1, static shapes, constant
-    weights), ``fallback`` otherwise."""
-    enabled = has_bf16(isa_info(target))
+    """conv2d legalization: the bf16 kernel for the convs :func:`conv_plan` takes, ``fallback`` otherwise."""
+    tinfo = isa_info(target)
+    enabled = has_bf16(tinfo)
 
     def _legalize(bb: Any, call: Any) -> Any:
-        a = call.attrs
-        w = _const_value(call.args[1])
-        if (not enabled or not _eligible(call, w) or int(a.groups) != 1 or a.data_layout != "NHWC"
-                or a.kernel_layout != "HWIO" or a.out_layout != "NHWC"):
-            return fallback(bb, call)
-        _, *hwc = call.args[0].ty.shape.values
-        try:  # a symbolic batch is fine (a parallel loop); symbolic sizes keep the fp32 kernel, which rounds
-            h, wd, ic = _ints(hwc)  # them up to its register tile
-        except Exception:  # pylint: disable=broad-except
-            return fallback(bb, call)
-        kh, kw, _, oc = w.shape
-        if not worth_bf16(oc, ic * kh * kw):
-            return fallback(bb, call)
-        (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
-        n = _int_or_expr(call.args[0].ty.shape.values[0])
-        if ic % RED == 0 and winograd.applies(a, w, (n, h, wd, ic), LANES):
-            # F(2x2, 3x3) only: with F(4x4, 3x3)'s larger transforms around the rounding of V and U, one 64->64
-            # conv at 56x56 kept a cosine of 0.99990 against float64 (F(2x2): 0.9999976, direct: 0.9999993)
-            return winograd.emit(bb, call.args[0], w, (n, h, wd, ic), (n, oh, ow, oc), isa_info(target),
-                                 winograd.F2, winograd_gemm)
-        icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
-        wpad = np.zeros((kh, kw, icp, ocp), np.uint16)
-        wpad[:, :, :ic, :oc] = round_bf16(w)
-        packed = np.ascontiguousarray(
-            wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
-
-        # a 1x1 stride-2 downsample (ResNet-50: 56x56x256, 28x28x512, 14x14x1024) rounded its whole input,
-        # 4x the pixels it reads
-        subsample = kh == kw == 1 and (sh, sw) != (1, 1) and pt == pl == pb == pr == 0
-
-        def f(x: Any, wp: Any) -> Any:
-            nb = x.shape[0]  # the placeholder's own batch (a symbolic one is a fresh var of this function)
-
-            def rounded(b: Any, y: Any, xx: Any, c: Any) -> Any:
-                inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
-                # clamped indices keep the region analysis inside the input
-                v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
-                return _guarded(inside, to_bf16(v))
-            if subsample:  # a strided 1x1 reads one pixel in sh * sw: round only those
-                xs = te.compute((nb, oh, ow, icp), lambda b, y, xx, c: rounded(b, y * sh, xx * sw, c),
-                                name="data_bf16")
-            else:
-                xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), rounded, name="data_bf16")
-            ys, xs_ = (1, 1) if subsample else (sh, sw)
-            ry = te.reduce_axis((0, kh), "ry")
-            rx = te.reduce_axis((0, kw), "rx")
-            rc = te.reduce_axis((0, icp // RED), "rc")
-            ri = te.reduce_axis((0, RED), "ri")
-            acc = te.compute(
-                (nb, oh, ow, ocp),
-                lambda b, y, xx, ff: te.sum(
-                    from_bf16(xs[b, y * ys + ry * dh, xx * xs_ + rx * dw, rc * RED + ri])
-                    * from_bf16(wp[ff // LANES, ry, rx, rc, ff % LANES, ri]), axis=[ry, rx, rc, ri]),
-                name="conv2d_nhwc_bf16")
-            if ocp == oc:
-                return acc
-            return te.compute((nb, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")
-        return bb.call_te(f, call.args[0], relax.const(packed), primfunc_name_hint="conv2d_bf16")
+        plan = conv_plan(call) if enabled else None
+        return fallback(bb, call) if plan is None else emit_conv(bb, plan, call.args[0], tinfo)
     return _legalize
 
 

@@ -12,6 +12,7 @@ from tvm.target import Target
 
 from ... import progress
 from ...targets.isa import isa_info
+from .bf16_activations import inline_widening
 from .rules import RULES
 from .rules.base import ScheduleRule
 
@@ -81,6 +82,7 @@ class ApplyRules:
             # that fails half-way must not leave the next rule a half-scheduled function.
             sch = s_tir.Schedule(tvm.ir.load_json(tvm.ir.save_json(func)))
             try:
+                inline_widening(sch)
                 match = rule.matches(sch, isa)
                 if match is None:
                     continue

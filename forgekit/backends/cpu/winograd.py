@@ -153,9 +153,10 @@ GemmFactory = Callable[[int, int, int, int], Gemm]
 
 
 def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinfo: IsaInfo,
-         tile: Tile = F2, gemm_factory: GemmFactory | None = None) -> Any:
+         tile: Tile = F2, gemm_factory: GemmFactory | None = None, load: Callable[[Any], Any] | None = None) -> Any:
     """Emit the three kernels for ``conv2d(data, w)`` into ``bb``; returns the output call (NHWC).  The GEMMs are
-    ``gemm_factory``'s (default: :func:`fp32_gemm`)."""
+    ``gemm_factory``'s (default: :func:`fp32_gemm`); ``load`` turns an element of ``data`` into fp32 (bf16 bits
+    kept between layers, :mod:`.bf16_activations`; padding is a zero of ``data``'s type)."""
     from tvm import relax
 
     n, h, wd, c = shape
@@ -173,7 +174,8 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
         xp = topi.nn.pad(x, [0, 1, 1, 0], [0, m * th + 1 - h, m * tw + 1 - wd, 0], name="pad_temp")
 
         def pixel(t: Any, i: Any, j: Any, ch: Any) -> Any:
-            return xp[t // (th * tw), m * (t // tw % th) + i, m * (t % tw) + j, ch]
+            value = xp[t // (th * tw), m * (t // tw % th) + i, m * (t % tw) + j, ch]
+            return value if load is None else load(value)
 
         # rows[i, b] = sum_j B^T[b, j] d[i, j]
         rows = te.compute((alpha, alpha, tiles, c), lambda i, b, t, ch: _select(
