@@ -38,7 +38,7 @@ from tvm import relax, te
 
 from ...errors import TargetError
 from ...targets.isa import isa_info
-from . import winograd
+from . import dot_conv, winograd
 from .packed_conv import Legalize, _const_value, _int_or_expr, _ints, conv_geometry
 
 if TYPE_CHECKING:
@@ -181,10 +181,7 @@ def emit_conv(bb: Any, plan: ConvPlan, data: Any, tinfo: IsaInfo, rounded: bool 
         return winograd.emit(bb, data, w, (plan.n, h, wd, ic), (plan.n, oh, ow, oc), tinfo, winograd.F2,
                              winograd_gemm, load=from_bf16 if rounded else None)
     icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
-    wpad = np.zeros((kh, kw, icp, ocp), np.uint16)
-    wpad[:, :, :ic, :oc] = round_bf16(w)
-    packed = np.ascontiguousarray(
-        wpad.reshape(kh, kw, icp // RED, RED, ocp // LANES, LANES).transpose(4, 0, 1, 2, 5, 3))
+    packed = dot_conv.pack_weights(round_bf16(w), RED, LANES)
 
     # a 1x1 stride-2 downsample (ResNet-50: 56x56x256, 28x28x512, 14x14x1024) rounded its whole input,
     # 4x the pixels it reads
@@ -194,11 +191,10 @@ def emit_conv(bb: Any, plan: ConvPlan, data: Any, tinfo: IsaInfo, rounded: bool 
 
     def f(x: Any, wp: Any) -> Any:
         nb = x.shape[0]  # the placeholder's own batch (a symbolic one is a fresh var of this function)
+        read = dot_conv.padded_reader(x, h, wd, ic, pt, pl)
 
         def padded(b: Any, y: Any, xx: Any, c: Any) -> Any:
-            inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
-            # clamped indices keep the region analysis inside the input
-            v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
+            inside, v = read(b, y, xx, c)
             return _guarded(inside, v if rounded else to_bf16(v))
         if direct:
             xs = x
@@ -207,17 +203,9 @@ def emit_conv(bb: Any, plan: ConvPlan, data: Any, tinfo: IsaInfo, rounded: bool 
                             name="data_bf16")
         else:
             xs = te.compute((nb, h + pt + pb, wd + pl + pr, icp), padded, name="data_bf16")
-        ys, xs_ = (1, 1) if subsample and not direct else (sh, sw)
-        ry = te.reduce_axis((0, kh), "ry")
-        rx = te.reduce_axis((0, kw), "rx")
-        rc = te.reduce_axis((0, icp // RED), "rc")
-        ri = te.reduce_axis((0, RED), "ri")
-        acc = te.compute(
-            (nb, oh, ow, ocp),
-            lambda b, y, xx, ff: te.sum(
-                from_bf16(xs[b, y * ys + ry * dh, xx * xs_ + rx * dw, rc * RED + ri])
-                * from_bf16(wp[ff // LANES, ry, rx, rc, ff % LANES, ri]), axis=[ry, rx, rc, ri]),
-            name="conv2d_nhwc_bf16")
+        strides = (1, 1) if subsample and not direct else (sh, sw)
+        acc = dot_conv.conv(xs, wp, (nb, oh, ow, ocp), (kh, kw), strides, (dh, dw), RED, LANES, from_bf16,
+                            "conv2d_nhwc_bf16")
         if ocp == oc:
             return acc
         return te.compute((nb, oh, ow, oc), lambda *i: acc(*i), name="T_slice_oc")

@@ -32,6 +32,7 @@ import tvm
 from tvm import relax, te
 
 from ...targets.isa import isa_info
+from . import dot_conv
 from .packed_conv import (  # shared legalization helpers
     Legalize,
     _const_value,
@@ -132,18 +133,15 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
         (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
         lanes = kernel.lanes
         icp, ocp = _ceil(ic, RED), _ceil(oc, lanes)
-        wpad = np.zeros((kh, kw, icp, ocp), np.int8)
-        wpad[:, :, :ic, :oc] = w
-        packed = np.ascontiguousarray(
-            wpad.reshape(kh, kw, icp // RED, RED, ocp // lanes, lanes).transpose(4, 0, 1, 2, 5, 3))
+        packed = dot_conv.pack_weights(w.astype(np.int8), RED, lanes)
         offset, xd = kernel.shift(str(data.ty.dtype)), kernel.data_dtype
         comp = (offset * w.sum(axis=(0, 1, 2))).astype(np.int32)  # what the +offset adds per output channel
 
         def f(x: Any, wp: Any, cmp: Any) -> Any:
+            read = dot_conv.padded_reader(x, h, wd, ic, pt, pl)
+
             def shifted(b: Any, y: Any, xx: Any, c: Any) -> Any:
-                inside = tvm.tirx.all(y >= pt, y < pt + h, xx >= pl, xx < pl + wd, c < ic)
-                # clamped indices keep the region analysis inside the input
-                v = x[b, tvm.tirx.max(y - pt, 0), tvm.tirx.max(xx - pl, 0), tvm.tirx.min(c, ic - 1)]
+                inside, v = read(b, y, xx, c)
                 return _guarded(inside, (v.astype("int32") + offset).astype(xd), offset, xd)
             if offset == 0 and icp == ic and not any((pt, pl, pb, pr)):
                 # nothing to pad or shift: read the activation in place instead of copying it (a full
@@ -151,16 +149,8 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
                 xs = x
             else:
                 xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name=_stage_name(xd))
-            ry = te.reduce_axis((0, kh), "ry")
-            rx = te.reduce_axis((0, kw), "rx")
-            rc = te.reduce_axis((0, icp // RED), "rc")
-            ri = te.reduce_axis((0, RED), "ri")
-            acc = te.compute(
-                (n, oh, ow, ocp),
-                lambda b, y, xx, ff: te.sum(
-                    xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * RED + ri].astype("int32")
-                    * wp[ff // lanes, ry, rx, rc, ff % lanes, ri].astype("int32"), axis=[ry, rx, rc, ri]),
-                name="conv2d_nhwc_int8")
+            acc = dot_conv.conv(xs, wp, (n, oh, ow, ocp), (kh, kw), (sh, sw), (dh, dw), RED, lanes,
+                                lambda v: v.astype("int32"), "conv2d_nhwc_int8")
             return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
         return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
     return _legalize
