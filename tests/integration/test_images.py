@@ -10,7 +10,6 @@ running and this runs as root; without Docker they skip, saying why.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -153,35 +152,26 @@ def _start_dockerd() -> str | None:
     return f"dockerd did not start within 60 s: {' | '.join(tail)}"
 
 
-def _image_id(tag: str) -> str | None:
-    proc = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True)
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.strip() or None
-
-
-@contextlib.contextmanager
-def _replacing(name: str, tag: str):
-    """Remove the images that a build of image ``name`` as ``tag`` (and of its parents) leaves untagged: every
-    CI run rebuilt them from a fresh wheelhouse and left the old ones behind, about 5 GB a run, until 61 GB of
-    them filled this machine's disk and a run failed.  ``docker rmi`` by id refuses an image that is still
-    tagged elsewhere or used by a container."""
-    tags = [tag, *(images.image_tag(parent) for parent in images.lineage(name)[1:])]
-    before = {t: _image_id(t) for t in tags}
-    try:
-        yield
-    finally:
-        for tag, old in before.items():
-            if old is not None and _image_id(tag) != old:
-                subprocess.run(["docker", "rmi", old], capture_output=True)
+def _dangling() -> set[str]:
+    proc = subprocess.run(["docker", "images", "--filter", "dangling=true", "--quiet", "--no-trunc"],
+                          capture_output=True, text=True)
+    return set(proc.stdout.split())
 
 
 @pytest.fixture(scope="module")
-def docker() -> str:
+def docker():
+    """The docker CLI, with a daemon that answers.  Afterwards, the images these tests left untagged are
+    removed: every CI run rebuilt the images from a fresh wheelhouse and left the ones it replaced behind
+    (7 GB after the last run), until 61 GB of them filled this machine's disk and a run failed.  A replaced
+    image that still had a child here (the base under cpu:test) becomes an untagged leaf in the next run."""
     reason = _start_dockerd()
     if reason:
         pytest.skip(f"Docker is not usable on this machine: {reason}")
-    return shutil.which("docker")
+    before = _dangling()
+    yield shutil.which("docker")
+    left = _dangling() - before
+    if left:
+        subprocess.run(["docker", "rmi", *sorted(left)], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +191,7 @@ def base_image(docker) -> str:
 
 @pytest.fixture(scope="module")
 def cpu_image(wheelhouse, base_image) -> str:
-    with _replacing("cpu", CPU_TAG):
-        images.build_image("cpu", wheelhouse=wheelhouse, base_image=base_image, tag=CPU_TAG, rebuild_parents=True)
+    images.build_image("cpu", wheelhouse=wheelhouse, base_image=base_image, tag=CPU_TAG, rebuild_parents=True)
     return CPU_TAG
 
 
@@ -268,8 +257,7 @@ def test_docker_run_one_shot_on_a_root_owned_folder(cpu_image, tmp_path) -> None
 def test_ti_image_stops_with_a_clear_message_without_tidl_tools(cpu_image, wheelhouse) -> None:
     """TI's tools are licensed downloads: without them the ti build fails, saying how to supply them."""
     logged: list[str] = []
-    with pytest.raises(images.ToolchainError, match="docker build of the 'ti' image failed"), \
-            _replacing("ti", "forgekit/ti:test"):
+    with pytest.raises(images.ToolchainError, match="docker build of the 'ti' image failed"):
         images.build_image("ti", wheelhouse=wheelhouse, tag="forgekit/ti:test", log=logged.append)
     assert any("error: TI's TIDL tools are missing" in line and "--tidl FILE" in line for line in logged), logged[-5:]
     assert not images.image_exists("forgekit/ti:test")
@@ -351,9 +339,8 @@ def test_cuda_images_compile_kernels_with_their_nvcc(base_image, cpu_image, tmp_
     """Dockerfile.cuda for real: nvcc from NVIDIA's wheels turns the kernels into a fatbin (no GPU needed);
     images/cuda (cuda-gpu) adds the runtime pieces on top (only importable here: there is no GPU)."""
     wheelhouse = images.build_wheelhouse(tmp_path / "wheelhouse", images=["cuda-gpu"])
-    with _replacing("cuda-gpu", "forgekit/cuda-gpu:test"):
-        gpu = images.build_image("cuda-gpu", wheelhouse=wheelhouse, base_image=base_image,
-                                 tag="forgekit/cuda-gpu:test", rebuild_parents=True)
+    gpu = images.build_image("cuda-gpu", wheelhouse=wheelhouse, base_image=base_image, tag="forgekit/cuda-gpu:test",
+                             rebuild_parents=True)
     work = tmp_path / "work"
     work.mkdir()
     onnx.save(make_convnet(batch=1), work / "model.onnx")
