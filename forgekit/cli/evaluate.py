@@ -77,6 +77,10 @@ def bench(
         own = (f" (onnxruntime's own fp32 cosine {result.extra['reference_cosine']:.6f}, optimized vs unoptimized "
                f"graph: an ill-conditioned output, judged within {NOISE_FACTOR:g}x its deficit)"
                if "reference_cosine" in result.extra else "")
+        if result.extra.get("bf16_reference_cosine", 1.0) < result.extra.get("reference_cosine", 1.0):
+            own = (f" (onnxruntime with bf16-rounded conv/matmul operands: cosine "
+                   f"{result.extra['bf16_reference_cosine']:.6f}, an output bf16 rounding moves that much; judged "
+                   f"within {NOISE_FACTOR:g}x its deficit)")
         how = (f"least cosine {result.extra['min_cosine']:.6f}{own}, reduced-precision artifact; "
                if "min_cosine" in result.extra else
                f"within {NOISE_FACTOR:g}x onnxruntime's own noise {result.extra['noise_floor']:.1e} (optimized vs "

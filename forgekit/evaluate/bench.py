@@ -161,6 +161,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
         job = {"mode": "time", "artifact": str(Path(artifact).absolute()), "onnx": onnx_model, "threads": threads,
                "runs": runs, "warmup": warmup, "key_path": key_path, "rtol": rtol, "atol": atol,
                "min_cosine": min_cosine_for(meta.get("model", {})),
+               "bf16": meta.get("model", {}).get("precision") == "bfloat16",
                "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers}
         data = _spawn(job, threads, password)
         timings = data["timings"]
@@ -183,8 +184,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        extra={**({"level": data["level"]} if data.get("level") else {}),
                               **({"min_cosine": data["min_cosine"]} if "min_cosine" in data else {}),
                               **({"noise_floor": data["noise_floor"]} if "noise_floor" in data else {}),
-                              **({"reference_cosine": data["reference_cosine"]} if "reference_cosine" in data
-                                 else {}),
+                              **({key: data[key] for key in ("reference_cosine", "bf16_reference_cosine")
+                                  if key in data}),
                               **({"profile": kernels} if kernels is not None else {})},
                        peers=peer_timings,
                        peer_info=dict(data.get("peers") or {}))

@@ -26,7 +26,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     from ..runtime import Engine
     from ..runtime.stats import latency_stats
-    from . import reference
+    from . import bf16_reference, reference
     from .compare import MIN_COSINE, compare_outputs
 
     mode = job["mode"]
@@ -73,9 +73,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         ours = engine.infer(*arrays)
         allowances: dict[str, list[float]] = {}  # the reference's own noise, measured once when first needed
 
-        def judge(outputs: list[Any], min_cosine: float | None) -> dict[str, Any]:
+        def judge(outputs: list[Any], min_cosine: float | None, bf16: bool = False) -> dict[str, Any]:
             """compare_outputs, then, for a mismatch (ill-conditioned, or wrong?), again with the reference's
-            own noise: its floor for fp32 outputs, its cosine deficit for reduced-precision ones."""
+            own noise: its floor for fp32 outputs, its cosine deficit for reduced-precision ones (and, for bf16,
+            that of the reference with bf16-rounded operands: bf16_reference)."""
             judged = compare_outputs(outputs, expected, job["rtol"], job["atol"], min_cosine)
             if judged["outputs_match"]:
                 return judged
@@ -85,10 +86,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 return compare_outputs(outputs, expected, job["rtol"], job["atol"], None, allowances["floor"])
             if "cosine" not in allowances:
                 allowances["cosine"] = reference.cosine_noise(job["onnx"], feeds, expected)
+            if bf16 and "bf16" not in allowances:
+                allowances["bf16"] = bf16_reference.bf16_noise(job["onnx"], feeds, expected)
             return compare_outputs(outputs, expected, job["rtol"], job["atol"], min_cosine,
-                                   cosine_noise=allowances["cosine"])
+                                   cosine_noise=allowances["cosine"], bf16_noise=allowances["bf16"] if bf16 else None)
 
-        result.update(judge(ours, job.get("min_cosine")))
+        result.update(judge(ours, job.get("min_cosine"), bool(job.get("bf16"))))
         from . import peers
 
         result["peers"] = {}
@@ -97,7 +100,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 fns[run.label] = run.call
                 # a peer running bf16/f16 is judged as forgekit's bf16 artifacts are: by cosine
                 reduced = MIN_COSINE.get({"bf16": "bfloat16", "f16": "float16"}.get(run.precision, ""))
-                result["peers"][run.label] = {"precision": run.precision, "peer": peer, **judge(run.outputs, reduced)}
+                result["peers"][run.label] = {"precision": run.precision, "peer": peer,
+                                              **judge(run.outputs, reduced, run.precision == "bf16")}
     runs, warmup = job["runs"], job["warmup"]
     for fn in fns.values():
         for _ in range(warmup):

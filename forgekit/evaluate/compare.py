@@ -61,6 +61,8 @@ class OutputComparison:
     noise: float = 0.0  # the reference's own noise floor, when it was needed (reference.noise_floor)
     #: ``1 - cosine`` of the reference with itself (optimized vs unoptimized graph), when it was needed
     cosine_noise: float = 0.0
+    #: ``1 - cosine`` of the reference with bf16-rounded operands (:mod:`.bf16_reference`), when it was needed
+    bf16_noise: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -71,8 +73,11 @@ class OutputComparison:
         shape = "x".join(map(str, self.shape)) or "scalar"
         verdict = "ok" if self.ok else f"MISMATCH ({self.note or f'{self.mismatched}/{self.size} elements'})"
         if self.cosine is not None:
-            own = (f" (onnxruntime's own fp32 cosine {1 - self.cosine_noise:.6f}: ill-conditioned)"
-                   if self.cosine_noise else "")
+            own = ""
+            if self.bf16_noise > self.cosine_noise:
+                own = f" (onnxruntime with bf16-rounded conv/matmul operands: cosine {1 - self.bf16_noise:.6f}; ill-conditioned)"
+            elif self.cosine_noise:
+                own = f" (onnxruntime's own fp32 cosine {1 - self.cosine_noise:.6f}: ill-conditioned)"
             return f"{self.name}: {shape} cosine {self.cosine:.6f}{own}, max abs err {self.max_abs:.3e} {verdict}"
         noise = f", onnxruntime's own noise {self.noise:.1e}" if self.noise else ""
         return (f"{self.name}: {shape} max abs err {self.max_abs:.3e}, max rel err {self.max_rel:.3e} "
@@ -81,11 +86,12 @@ class OutputComparison:
 
 def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float = RTOL,
             atol: float = ATOL, min_cosine: float | None = None, noise: float = 0.0,
-            cosine_noise: float = 0.0) -> OutputComparison:
+            cosine_noise: float = 0.0, bf16_noise: float = 0.0) -> OutputComparison:
     """Compare one output with its reference: floats within tolerance (or, with ``min_cosine``, by their
     cosine), everything else exactly.  ``noise``: the reference's own noise floor for this output; floats
     within :data:`NOISE_FACTOR` times it also match.  ``cosine_noise``: with ``min_cosine``, the reference's
-    own cosine deficit; a deficit within :data:`NOISE_FACTOR` times it also matches."""
+    own cosine deficit, and ``bf16_noise`` that of the reference with bf16-rounded operands (bf16 artifacts);
+    a deficit within :data:`NOISE_FACTOR` times either also matches."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     if actual.shape != expected.shape:  # a wrong shape is a wrong answer, even with the right element count
         return OutputComparison(name, list(expected.shape), float("inf"), float("inf"), 0.0, expected.size,
@@ -106,25 +112,27 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float = R
     rel = diff / np.maximum(np.abs(ref), tol if tol > 0 else 1.0)
     if min_cosine is not None and floating:
         cos = cosine(got, ref)
-        within = cos >= min_cosine or 1.0 - cos <= NOISE_FACTOR * cosine_noise
+        within = cos >= min_cosine or 1.0 - cos <= NOISE_FACTOR * max(cosine_noise, bf16_noise)
         note = "" if within else f"cosine {cos:.6f} < {min_cosine}"
         return OutputComparison(name, list(expected.shape), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
                                 tol, 0 if not note else int((~close).sum()), int(expected.size), note, cos,
-                                cosine_noise=cosine_noise)
+                                cosine_noise=cosine_noise, bf16_noise=bf16_noise)
     return OutputComparison(name, list(expected.shape), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
                             tol, int((~close).sum()), int(expected.size), noise=noise)
 
 
 def compare_outputs(ours: list[Any], refs: list[Any], rtol: float, atol: float,
                     min_cosine: float | None = None, noise: list[float] | None = None,
-                    cosine_noise: list[float] | None = None) -> dict[str, Any]:
+                    cosine_noise: list[float] | None = None, bf16_noise: list[float] | None = None) -> dict[str, Any]:
     """The worst output's ``max_abs_error`` and ``output_scale``, whether all outputs match, and with
     ``min_cosine`` the least cosine (``min_cosine`` is the criterion then); ``noise`` and ``cosine_noise``:
-    the reference's noise floor and cosine deficit per output (see :func:`compare`)."""
+    the reference's noise floor and cosine deficit per output, ``bf16_noise`` its deficit with bf16-rounded
+    operands (see :func:`compare`)."""
     noise = noise or [0.0] * len(refs)
     cosine_noise = cosine_noise or [0.0] * len(refs)
-    checks = [compare(str(i), out, ref, rtol, atol, min_cosine, n, c)
-              for i, (out, ref, n, c) in enumerate(zip(ours, refs, noise, cosine_noise))]
+    bf16_noise = bf16_noise or [0.0] * len(refs)
+    checks = [compare(str(i), out, ref, rtol, atol, min_cosine, n, c, b)
+              for i, (out, ref, n, c, b) in enumerate(zip(ours, refs, noise, cosine_noise, bf16_noise))]
     worst = max(checks, key=lambda c: c.max_abs / max(c.tolerance / atol if atol else 1.0, 1e-30))
     result = {"max_abs_error": worst.max_abs, "output_scale": worst.tolerance / atol if atol else None,
               "outputs_match": all(c.ok for c in checks) and len(ours) == len(refs)}
@@ -132,6 +140,8 @@ def compare_outputs(ours: list[Any], refs: list[Any], rtol: float, atol: float,
         result["noise_floor"] = max(c.noise for c in checks)
     if any(c.cosine_noise for c in checks):  # the least cosine of the reference with itself
         result["reference_cosine"] = 1.0 - max(c.cosine_noise for c in checks)
+    if any(c.bf16_noise for c in checks):  # ... and with its bf16-rounded twin
+        result["bf16_reference_cosine"] = 1.0 - max(c.bf16_noise for c in checks)
     cosines = [c.cosine for c in checks if c.cosine is not None]
     if cosines:
         result["min_cosine"] = min(cosines)

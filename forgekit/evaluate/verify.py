@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..artifact.layout import read_metadata, resolve
 from ..errors import ArtifactError, NotAvailableError, VerificationError
 from ..runtime.inputs import example_inputs
-from . import reference
+from . import bf16_reference, reference
 from .compare import ATOL, RTOL, OutputComparison, compare, min_cosine_for
 
 
@@ -123,6 +123,8 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
                               for n, a, e, f in zip(names, run.outputs, expected, noise)]
         else:
             noise = reference.cosine_noise(onnx_model, fed, expected)
-            result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine, cosine_noise=f)
-                              for n, a, e, f in zip(names, run.outputs, expected, noise)]
+            bf16 = (bf16_reference.bf16_noise(onnx_model, fed, expected) if model.get("precision") == "bfloat16"
+                    else [0.0] * len(expected))
+            result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine, cosine_noise=f, bf16_noise=b)
+                              for n, a, e, f, b in zip(names, run.outputs, expected, noise, bf16)]
     return result
