@@ -280,7 +280,9 @@ def build_image(name: str, *, wheelhouse: str | os.PathLike[str] | None = None, 
         args.setdefault("FORGEKIT_VERSION", __version__)  # the OCI version label
     ctx = build_context(spec, Path(wheelhouse) if wheelhouse else None, Path(tidl) if tidl else None)
     try:
-        argv = [docker, "build", "--file", str(root / spec.dockerfile), "--tag", tag]
+        # --force-rm: a failed step's container is removed too (the legacy builder kept one per failed build:
+        # the ti image without TI's tools left a stopped container, and its 1 GB image, on every CI run)
+        argv = [docker, "build", "--force-rm", "--file", str(root / spec.dockerfile), "--tag", tag]
         for key, value in sorted(args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         _run([*argv, str(ctx)], log, f"docker build of the '{name}' image")

@@ -152,6 +152,11 @@ def _start_dockerd() -> str | None:
     return f"dockerd did not start within 60 s: {' | '.join(tail)}"
 
 
+def _containers() -> set[str]:
+    proc = subprocess.run(["docker", "ps", "--all", "--quiet", "--no-trunc"], capture_output=True, text=True)
+    return set(proc.stdout.split())
+
+
 def _dangling() -> set[str]:
     proc = subprocess.run(["docker", "images", "--filter", "dangling=true", "--quiet", "--no-trunc"],
                           capture_output=True, text=True)
@@ -257,8 +262,10 @@ def test_docker_run_one_shot_on_a_root_owned_folder(cpu_image, tmp_path) -> None
 def test_ti_image_stops_with_a_clear_message_without_tidl_tools(cpu_image, wheelhouse) -> None:
     """TI's tools are licensed downloads: without them the ti build fails, saying how to supply them."""
     logged: list[str] = []
+    containers = _containers()
     with pytest.raises(images.ToolchainError, match="docker build of the 'ti' image failed"):
         images.build_image("ti", wheelhouse=wheelhouse, tag="forgekit/ti:test", log=logged.append)
+    assert _containers() == containers  # the failed step's container is gone (docker build --force-rm)
     assert any("error: TI's TIDL tools are missing" in line and "--tidl FILE" in line for line in logged), logged[-5:]
     assert not images.image_exists("forgekit/ti:test")
 
