@@ -33,9 +33,10 @@ _SPLIT = "forgekit_bf16_split"  # the constant 2**16 + 1
 
 
 def round_to_bf16(w: np.ndarray) -> np.ndarray:
-    """fp32 -> the nearest bf16 value (ties to even), as fp32."""
-    u = np.ascontiguousarray(w, np.float32).view(np.uint32).astype(np.uint64)
-    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).reshape(np.shape(w))
+    """fp32 -> the nearest bf16 value (ties to even), as fp32: the bf16 kernels' own rounding of their weights."""
+    from ..backends.cpu.bf16 import round_bf16  # (imports TVM: only when a bf16 reference is needed)
+
+    return (round_bf16(w).astype(np.uint32) << 16).view(np.float32).reshape(np.shape(w))
 
 
 def bf16_model(onnx_model: str | os.PathLike[str]) -> bytes:

@@ -103,10 +103,6 @@ def _guarded(inside: Any, value: Any) -> Any:
     return tvm.tirx.if_then_else(inside, value, tvm.tirx.const(0, "uint16"))
 
 
-def _ceil(a: int, b: int) -> int:
-    return (a + b - 1) // b * b
-
-
 #: below these the fp32 kernel is faster (PP-OCRv4 det 640, per kernel, fp32 vs bf16 artifacts timed in one
 #: process, alternating, min of 12, this 2-core Zen 4): 4 output channels (24->4 1x1 at 320x320: 0.49 vs
 #: 0.92 ms, 16 lanes computed for 4) and 1x1 convs over 12 and 18 channels (0.75 vs 0.80 ms, 0.22 vs
@@ -180,7 +176,7 @@ def emit_conv(bb: Any, plan: ConvPlan, data: Any, tinfo: IsaInfo, rounded: bool 
         # conv at 56x56 kept a cosine of 0.99990 against float64 (F(2x2): 0.9999976, direct: 0.9999993)
         return winograd.emit(bb, data, w, (plan.n, h, wd, ic), (plan.n, oh, ow, oc), tinfo, winograd.F2,
                              winograd_gemm, load=from_bf16 if rounded else None)
-    icp, ocp = _ceil(ic, RED), _ceil(oc, LANES)
+    icp, ocp = dot_conv.ceil_to(ic, RED), dot_conv.ceil_to(oc, LANES)
     packed = dot_conv.pack_weights(round_bf16(w), RED, LANES)
 
     # a 1x1 stride-2 downsample (ResNet-50: 56x56x256, 28x28x512, 14x14x1024) rounded its whole input,
@@ -259,7 +255,7 @@ def make_matmul_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:
         k, nn = w.shape
         if nn < MIN_CHANNELS:  # (MIN_PRODUCTS was measured on convolutions only)
             return fallback(bb, call)
-        kp, npad = _ceil(k, RED), _ceil(nn, LANES)
+        kp, npad = dot_conv.ceil_to(k, RED), dot_conv.ceil_to(nn, LANES)
         wpad = np.zeros((kp, npad), np.uint16)
         wpad[:k, :nn] = round_bf16(w)
         packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // LANES, LANES).transpose(2, 0, 3, 1))

@@ -170,8 +170,6 @@ def bf16_activations(mod: Any, tinfo: IsaInfo) -> Any:
 
 def bf16_activations_pass(target: Any) -> Any:
     """:func:`bf16_activations` as a module pass for ``target``."""
-    import tvm
-
     from ...targets.isa import isa_info
 
     @tvm.transform.module_pass(opt_level=0, name="forgekit.Bf16Activations")

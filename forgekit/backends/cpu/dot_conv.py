@@ -12,7 +12,8 @@ import tvm
 from tvm import te
 
 
-def _ceil(a: int, b: int) -> int:
+def ceil_to(a: int, b: int) -> int:
+    """``a`` rounded up to a multiple of ``b`` (static sizes; :func:`.tiling.round_up` is the symbolic one)."""
     return (a + b - 1) // b * b
 
 
@@ -20,7 +21,7 @@ def pack_weights(w: np.ndarray, red: int, lanes: int) -> np.ndarray:
     """HWIO weights ``w`` (already in the kernel's element type) -> ``[OC/lanes, KH, KW, IC/red, lanes, red]``,
     channels zero-padded to multiples of ``red`` and ``lanes``."""
     kh, kw, ic, oc = w.shape
-    icp, ocp = _ceil(ic, red), _ceil(oc, lanes)
+    icp, ocp = ceil_to(ic, red), ceil_to(oc, lanes)
     wpad = np.zeros((kh, kw, icp, ocp), w.dtype)
     wpad[:, :, :ic, :oc] = w
     return np.ascontiguousarray(wpad.reshape(kh, kw, icp // red, red, ocp // lanes, lanes).transpose(4, 0, 1, 2, 5, 3))

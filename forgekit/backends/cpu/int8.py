@@ -82,10 +82,6 @@ def dot_kernel(tinfo: IsaInfo) -> DotKernel | None:
     return KERNELS.get(tinfo.dot)
 
 
-def _ceil(a: int, b: int) -> int:
-    return (a + b - 1) // b * b
-
-
 def is_int8_call(call: Any) -> bool:
     """An integer conv2d/matmul the int8 legalizations handle (int8/uint8 data, int8 constant weight)."""
     if len(call.args) != 2 or str(call.attrs.out_dtype) != "int32":
@@ -132,7 +128,7 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
         kh, kw, _, oc = w.shape
         (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow) = conv_geometry(a, h, wd, kh, kw)
         lanes = kernel.lanes
-        icp, ocp = _ceil(ic, RED), _ceil(oc, lanes)
+        icp, ocp = dot_conv.ceil_to(ic, RED), dot_conv.ceil_to(oc, lanes)
         packed = dot_conv.pack_weights(w.astype(np.int8), RED, lanes)
         offset, xd = kernel.shift(str(data.ty.dtype)), kernel.data_dtype
         comp = (offset * w.sum(axis=(0, 1, 2))).astype(np.int32)  # what the +offset adds per output channel
@@ -174,7 +170,7 @@ def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
             return _default(bb, call)
         nn = w.shape[1]
         lanes = kernel.lanes
-        kp, npad = _ceil(k, RED), _ceil(nn, lanes)
+        kp, npad = dot_conv.ceil_to(k, RED), dot_conv.ceil_to(nn, lanes)
         wpad = np.zeros((kp, npad), np.int8)
         wpad[:k, :nn] = w
         packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // lanes, lanes).transpose(2, 0, 3, 1))
