@@ -25,6 +25,13 @@ MIN_COSINE = {"bfloat16": 0.999, "float16": 0.999, "quantized": 0.99}
 #: (reduced precision), an output also matches when its cosine deficit ``1 - cos`` is within this many times
 #: the reference's own (:func:`forgekit.evaluate.reference.cosine_noise`).
 NOISE_FACTOR = 4.0
+#: Reference elements at least this large (or infinite) are mask values, not numbers: ``-FLT_MAX`` /
+#: ``-1e30`` fills of masked attention scores or of suppressed boxes.
+MASK_MIN = 1e30
+#: Finite reference elements above a gap of this factor in the magnitudes, and at least :data:`MASK_GAP_MIN`,
+#: are masks too (``scores - 1e9`` where a mask is 0): nothing a model computes sits alone that far up.
+MASK_GAP = 1e4
+MASK_GAP_MIN = 1e6
 
 
 def min_cosine_for(model_meta: dict[str, Any]) -> float | None:
@@ -33,6 +40,32 @@ def min_cosine_for(model_meta: dict[str, Any]) -> float | None:
     if model_meta.get("quantization"):
         return MIN_COSINE["quantized"]
     return MIN_COSINE.get(str(model_meta.get("precision")))
+
+
+def mask_of(ref: np.ndarray) -> np.ndarray:
+    """The elements of a float reference that are mask values (see :data:`MASK_MIN`, :data:`MASK_GAP`).
+
+    They are judged apart: a tolerance relative to the largest magnitude made one ``-FLT_MAX`` element turn
+    ``atol`` into 3.4e34, under which any output passed; and a cosine over them only sees the masks."""
+    magnitude = np.abs(ref)
+    masked = ~np.isfinite(ref) | (magnitude >= MASK_MIN)
+    values = np.unique(magnitude[~masked & (magnitude > 0)])
+    if values.size > 1:
+        gaps = values[1:] / values[:-1]
+        above = np.nonzero((gaps >= MASK_GAP) & (values[1:] >= MASK_GAP_MIN))[0]
+        if above.size:  # the lowest such gap: everything above it is masks (-1e9 and -2e9 alike)
+            masked |= magnitude >= values[above[0] + 1]
+    return masked
+
+
+def masks_agree(got: np.ndarray, ref: np.ndarray, rtol: float) -> np.ndarray:
+    """Per masked element: the output holds the same mask there (same sign, as far out: both at least
+    :data:`MASK_MIN` or infinite, or within ``rtol`` of it); NaN masks match NaN."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        same_side = np.sign(got) == np.sign(ref)
+        both_out = (np.abs(got) >= MASK_MIN) & (np.abs(ref) >= MASK_MIN)
+        near = np.abs(got - ref) <= rtol * np.abs(ref)
+    return (same_side & (both_out | near)) | (np.isnan(got) & np.isnan(ref))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -63,6 +96,8 @@ class OutputComparison:
     cosine_noise: float = 0.0
     #: ``1 - cosine`` of the reference with bf16-rounded operands (:mod:`.bf16_reference`), when it was needed
     bf16_noise: float = 0.0
+    #: elements of the reference that are mask values (:func:`mask_of`), judged apart from the numbers
+    masked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -72,6 +107,8 @@ class OutputComparison:
         """One human line: name, shape, errors, verdict."""
         shape = "x".join(map(str, self.shape)) or "scalar"
         verdict = "ok" if self.ok else f"MISMATCH ({self.note or f'{self.mismatched}/{self.size} elements'})"
+        if self.masked:  # what the errors are of: the numbers, the masks being judged apart
+            verdict = f"({self.masked} masked element(s) judged apart) {verdict}"
         if self.cosine is not None:
             own = ""
             if self.bf16_noise > self.cosine_noise:
@@ -99,6 +136,10 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float = R
     ref = expected.astype(np.float64)
     got = actual.astype(np.float64)
     floating = expected.dtype.kind in "fc"
+    masked = mask_of(ref) if floating else np.zeros(ref.shape, bool)
+    bad_masks = int((~masks_agree(got[masked], ref[masked], rtol)).sum()) if masked.any() else 0
+    if masked.any():  # the numbers are judged without the masks, which are judged above
+        got, ref = got[~masked], ref[~masked]
     finite = np.abs(ref[np.isfinite(ref)])
     scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     tol = atol * scale if floating else 0.0
@@ -110,15 +151,19 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, rtol: float = R
         diff = np.where(close & np.isnan(ref), 0.0, np.abs(got - ref))
     diff = np.nan_to_num(diff, nan=np.inf)
     rel = diff / np.maximum(np.abs(ref), tol if tol > 0 else 1.0)
+    mask_note = f"{bad_masks} of {int(masked.sum())} masked element(s) not masked alike" if bad_masks else ""
+    if bad_masks:
+        diff = np.append(diff, np.inf)
+    common = dict(masked=int(masked.sum()))
     if min_cosine is not None and floating:
         cos = cosine(got, ref)
         within = cos >= min_cosine or 1.0 - cos <= NOISE_FACTOR * max(cosine_noise, bf16_noise)
-        note = "" if within else f"cosine {cos:.6f} < {min_cosine}"
+        note = mask_note or ("" if within else f"cosine {cos:.6f} < {min_cosine}")
         return OutputComparison(name, list(expected.shape), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
-                                tol, 0 if not note else int((~close).sum()), int(expected.size), note, cos,
-                                cosine_noise=cosine_noise, bf16_noise=bf16_noise)
+                                tol, 0 if not note else int((~close).sum()) + bad_masks, int(expected.size), note, cos,
+                                cosine_noise=cosine_noise, bf16_noise=bf16_noise, **common)
     return OutputComparison(name, list(expected.shape), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
-                            tol, int((~close).sum()), int(expected.size), noise=noise)
+                            tol, int((~close).sum()) + bad_masks, int(expected.size), mask_note, noise=noise, **common)
 
 
 def compare_outputs(ours: list[Any], refs: list[Any], rtol: float, atol: float,

@@ -135,3 +135,44 @@ def test_the_noise_floor_is_onnxruntimes_disagreement_with_itself(tmp_path) -> N
     onnx.save(helper.make_model(relu, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "relu.onnx")
     expected = reference.run(reference.session(tmp_path / "relu.onnx"), fed)
     assert reference.noise_floor(tmp_path / "relu.onnx", fed, expected) == [0.0]
+
+
+def _masked_scores() -> np.ndarray:
+    """Attention-style scores in [-3, 3) with a quarter of them masked by -FLT_MAX."""
+    rng = np.random.default_rng(3)
+    ref = rng.uniform(-3, 3, (8, 64)).astype(np.float32)
+    ref[:, 48:] = np.finfo(np.float32).min
+    return ref
+
+
+@pytest.mark.parametrize("fill", [np.finfo(np.float32).min, -np.inf, -1e9])
+def test_masked_elements_are_judged_apart_from_the_numbers(fill) -> None:
+    """One -FLT_MAX made the tolerance 1e-4 * 3.4e38: an output off by 1.0 everywhere passed.  The masks now
+    must be masks in the output too, and the tolerance comes from the other elements; -inf and -1e9 masks
+    (scores + -1e9) alike."""
+    ref = _masked_scores()
+    ref[:, 48:] = fill + ref[:, 48:] * (fill == -1e9)
+    right = ref + np.float32(1e-5)
+    judged = compare("scores", right, ref)
+    assert judged.ok and judged.masked == 8 * 16 and "masked" in judged.line()
+    assert judged.tolerance < 1e-3  # 1e-4 of the numbers' scale (3), not of the mask's
+    wrong = ref.copy()
+    wrong[:, :48] += 1.0
+    assert not compare("scores", wrong, ref).ok
+    unmasked = ref.copy()
+    unmasked[0, 50] = 0.5  # an element the model should have masked
+    judged = compare("scores", unmasked, ref)
+    assert not judged.ok and "1 of 128 masked element(s) not masked alike" in judged.line()
+    spurious = right.copy()
+    spurious[0, 0] = fill  # a mask where the reference has a number
+    assert not compare("scores", spurious, ref).ok
+    assert not compare("scores", wrong, ref, min_cosine=0.99).ok  # the cosine is of the numbers too
+    assert compare("scores", right, ref, min_cosine=0.99).ok
+
+
+def test_a_wide_but_gapless_range_has_no_masks() -> None:
+    """Large values that continue the output's range (logits up to 1e7 among values down to 1e3) are numbers."""
+    ref = np.geomspace(1e3, 1e7, 200).astype(np.float32)
+    judged = compare("y", ref * np.float32(1.0005), ref)
+    assert judged.masked == 0 and judged.ok
+    assert not compare("y", ref * 1.01, ref).ok
