@@ -22,12 +22,27 @@ pytestmark = pytest.mark.skipif(QEMU is None or os.uname().machine != "x86_64",
                                 reason="needs qemu-x86_64 (Debian package qemu-user-static) on an x86-64 machine")
 
 
-def emulated(cpu: str, *args: str) -> subprocess.CompletedProcess:
-    """``python -m forgekit ARGS`` on an emulated ``cpu`` (the venv's interpreter, run by qemu)."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+#: OpenBLAS's name for the core of each CPU model these tests emulate.  Some of our machines set
+#: OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) for their own CPU, and CI keeps the machine's environment: numpy's
+#: OpenBLAS, told "Haswell" inside an emulated Nehalem, runs AVX2 kernels when numpy loads and dies with
+#: SIGILL before forgekit runs.  The emulated process gets the emulated CPU's core instead (the rest of the
+#: environment stays as the machine set it).
+OPENBLAS_CORES = {"Haswell": "HASWELL", "Nehalem": "NEHALEM"}
+
+
+def emulated_env(cpu: str, **extra: str) -> dict[str, str]:
+    """This process's environment, with OpenBLAS's core set to the emulated ``cpu``'s (see OPENBLAS_CORES)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **extra}
     env.pop("GITHUB_ACTIONS", None)
+    if "OPENBLAS_CORETYPE" in env:
+        env["OPENBLAS_CORETYPE"] = OPENBLAS_CORES[cpu]
+    return env
+
+
+def emulated(cpu: str, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    """``python -m forgekit ARGS`` on an emulated ``cpu`` (the venv's interpreter, run by qemu)."""
     return subprocess.run([QEMU, "-cpu", cpu, sys.executable, "-m", "forgekit", *args], capture_output=True,
-                          text=True, env=env, timeout=900)
+                          text=True, env=emulated_env(cpu, **extra_env), timeout=900)
 
 
 def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
@@ -106,10 +121,8 @@ def test_one_portable_artifact_picks_the_best_level_each_cpu_has(artifacts: dict
 
 
 def test_forced_level_the_cpu_lacks_is_refused_with_one_line(artifacts: dict[str, Path]) -> None:
-    env_level = {"FORGEKIT_LEVEL": "x86-64-v4"}
-    proc = subprocess.run([QEMU, "-cpu", "Haswell", sys.executable, "-m", "forgekit", "run",
-                           str(artifacts["portable"]), "--random", "--bench", "0"], capture_output=True, text=True,
-                          env={**os.environ, **env_level, "PYTHONWARNINGS": "ignore"}, timeout=900)
+    proc = emulated("Haswell", "run", str(artifacts["portable"]), "--random", "--bench", "0",
+                    FORGEKIT_LEVEL="x86-64-v4")
     lines = error_lines(proc)
     assert proc.returncode == 16 and len(lines) == 1 and "cannot run that level" in lines[0], proc.stderr
     assert "Illegal instruction" not in proc.stderr
@@ -121,3 +134,19 @@ def test_foreign_architecture_says_so(artifacts: dict[str, Path]) -> None:
     assert proc.returncode == 16, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "aarch64 library" in lines[0] and "forgekit verify" in lines[0], lines
+
+
+def test_forgekits_own_emulated_processes_get_no_host_cpu_settings(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """The product's side of the same trap: ``forgekit verify`` and RPC run guest processes under qemu
+    (devices/qemu.py, rootfs.rootfs_command); their environment is built from scratch, so settings the host
+    makes for its own CPU (OPENBLAS_CORETYPE=Haswell) never reach an emulated CPU's process."""
+    from forgekit.devices.rootfs import guest, rootfs_command
+
+    if os.geteuid() != 0:
+        pytest.skip("the chroot command needs root")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "512")
+    _, env = rootfs_command(tmp_path, guest("aarch64"), ["/usr/bin/python3", "-c", "pass"], {"PYTHONPATH": "/x"})
+    assert not any(name.startswith("OPENBLAS") for name in env), env
+    assert env["PYTHONPATH"] == "/x"
