@@ -51,12 +51,15 @@ class OnnxSource:
 def load_onnx(model_or_path: Any) -> tuple[onnx.ModelProto, str | None]:
     """Read an ONNX model from a path, bytes or ``ModelProto``; returns it and its path (if any)."""
     if isinstance(model_or_path, onnx.ModelProto):
+        _no_unloaded_external_data(model_or_path, "The ModelProto given")
         return model_or_path, None
     if isinstance(model_or_path, (bytes, bytearray)):
         try:
-            return onnx.load_from_string(bytes(model_or_path)), None
+            model = onnx.load_from_string(bytes(model_or_path))
         except Exception as exc:
             raise ModelLoadError(f"The bytes given are not a valid ONNX model: {first_line(exc)}") from None
+        _no_unloaded_external_data(model, "The bytes given")
+        return model, None
     if not isinstance(model_or_path, (str, os.PathLike)):
         raise UsageError(f"Expected an ONNX path or onnx.ModelProto, got {type(model_or_path).__name__}.")
     path = Path(model_or_path)
@@ -65,12 +68,70 @@ def load_onnx(model_or_path: Any) -> tuple[onnx.ModelProto, str | None]:
     if path.is_dir():
         raise ModelLoadError(f"'{path}' is a directory: give the path of an .onnx file.")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise ModelLoadError(f"'{path}' is not a valid ONNX model ({first_line(exc)}): re-export it.") from None
+    _load_external_data(model, path)
     if not model.graph.node:
         raise ModelLoadError(f"'{path}' holds no graph nodes: is it really an ONNX model?")
     return model, str(path)
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """Tensors whose bytes are in another file (initializers and attribute tensors, subgraphs included)."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return [t for t in _get_all_tensors(model) if uses_external_data(t)]
+
+
+def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Read the weights a model keeps in external files (``.onnx.data``), which ONNX looks for relative to the
+    model's folder.  onnx's own error for a missing one ("... should be stored in X, but it is not regular
+    file") sent users to re-export a model that only lacked the file next to it: say which file, for which
+    tensors, and where it was looked for."""
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model
+
+    tensors = _external_tensors(model)
+    if not tensors:
+        return
+    folder = path.resolve().parent
+    by_file: dict[str, list[str]] = {}
+    for tensor in tensors:
+        info = ExternalDataInfo(tensor)
+        by_file.setdefault(info.location, []).append(tensor.name)
+        file = folder / info.location
+        if file.is_file() and info.length and file.stat().st_size < (info.offset or 0) + info.length:
+            raise ModelLoadError(f"'{path}' keeps tensor '{tensor.name}' at bytes {info.offset or 0}.."
+                                 f"{(info.offset or 0) + info.length} of '{file}', which is only "
+                                 f"{file.stat().st_size} bytes: the data file is truncated or from another "
+                                 "export; copy it again with the model.")
+    missing = {location: names for location, names in by_file.items() if not (folder / location).is_file()}
+    if missing:
+        files = "; ".join(f"'{location}' ({_names(names)}), looked for at {folder / location}"
+                          for location, names in missing.items())
+        raise ModelLoadError(f"'{path}' keeps its weights in external data file(s) that are missing: {files}. "
+                             "Copy the data file(s) into the model's folder under that name (the .onnx and its "
+                             "data travel together).")
+    try:
+        load_external_data_for_model(model, str(folder))
+    except Exception as exc:  # a location outside the model's folder, an unreadable file
+        raise ModelLoadError(f"'{path}': reading its external data failed ({first_line(exc)}).") from None
+
+
+def _no_unloaded_external_data(model: onnx.ModelProto, what: str) -> None:
+    """A model not read from its path cannot find its external data files (they are relative to the path)."""
+    tensors = _external_tensors(model)
+    if tensors:
+        location = tensors[0].external_data[0].value if tensors[0].external_data else "?"
+        raise ModelLoadError(f"{what} keeps {_names([t.name for t in tensors])} in the external data file "
+                             f"'{location}', which only its path can locate: pass the .onnx path instead (with "
+                             "the data file next to it), or onnx.load(path) first.")
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(f"'{n}'" for n in names[:3])
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"tensor{'s' if len(names) > 1 else ''} {shown}{more}"
 
 
 def _value_info(vi: onnx.ValueInfoProto) -> TensorInfo:
