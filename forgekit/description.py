@@ -46,3 +46,8 @@ class ModelDescription:
     weight_bytes: int = 0
     #: dynamic dimension -> {"min": int, "max": int | None}: the sizes the artifact serves
     dynamic: dict[str, Any] = field(default_factory=dict)
+    #: input name -> the value ``freeze`` made it (the ONNX model still has the input)
+    frozen: dict[str, Any] = field(default_factory=dict)
+    #: input name -> the values it is meant to take: ``{"min", "max"}`` of the indices of a table it indexes,
+    #: or of a quantized model's calibration samples (with their ``mean`` and ``std``)
+    input_values: dict[str, dict[str, float]] = field(default_factory=dict)

@@ -159,9 +159,12 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "precision": "float16" if float16 else "bfloat16" if bf16 else model.precision,
             "quantization": model.quantization,  # None unless the model was quantized (forgekit.quantize)
             "layout": "NHWC" if options.layout == "last" else "NCHW",
-            "inputs": [t.to_dict() for t in model.inputs],
+            # an input's "values" only when known (an index's table size, a quantized model's calibration)
+            "inputs": [{**t.to_dict(), **({"values": model.input_values[t.name]} if t.name in model.input_values
+                                          else {})} for t in model.inputs],
             "outputs": [t.to_dict() for t in model.outputs],
             "dynamic": model.dynamic,  # {} for a model of static shapes
+            "frozen": model.frozen,  # inputs --freeze made constants: {} for most
         },
         "build": {
             "opt_level": options.opt_level,

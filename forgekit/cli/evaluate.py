@@ -11,8 +11,8 @@ from .. import log
 from ..errors import VerificationError
 from ..evaluate.compare import ATOL, NOISE_FACTOR, RTOL
 from .app import app, command
-from .options import (JsonOpt, KeyOpt, PasswordFileOpt, optional_model, password_if_encrypted, rpc_options,
-                      write_json)
+from .options import (InputOpt, JsonOpt, KeyOpt, PasswordFileOpt, optional_model, password_if_encrypted,
+                      read_input_files, rpc_options, write_json)
 
 OnnxOpt = Annotated[Optional[str], typer.Option("--onnx", metavar="MODEL", help="The ONNX model (or sample:NAME) "
                                                 "it was compiled from: the reference.")]
@@ -108,13 +108,15 @@ def verify(
     rtol: Annotated[float, typer.Option("--rtol", min=0, metavar="R", help="Relative tolerance.")] = RTOL,
     atol: Annotated[float, typer.Option("--atol", min=0, metavar="A", help="Absolute tolerance x max|ref|.")] = ATOL,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the random inputs.")] = 0,
+    inputs: InputOpt = None,
     json_out: JsonOpt = None,
     key: KeyOpt = None,
     password_file: PasswordFileOpt = None,
 ) -> None:
     """Run an artifact on its own CPU architecture (aarch64 under qemu) and compare with onnxruntime.
 
-    Exits 13 when an output differs beyond the tolerances."""
+    On --input files, or on seeded random inputs within the values the artifact records (an index's table
+    size, a quantized model's calibration range).  Exits 13 when an output differs beyond the tolerances."""
     from ..errors import UsageError
     from ..evaluate.verify import verify_artifact
 
@@ -122,12 +124,14 @@ def verify(
     if model is None:
         raise UsageError("verify needs the ONNX model the artifact was compiled from: pass --onnx MODEL.")
     result = verify_artifact(artifact, model, rtol=rtol, atol=atol, seed=seed, key_path=key,
-                             password=password_if_encrypted(artifact, password_file), log=log.status)
+                             password=password_if_encrypted(artifact, password_file), log=log.status,
+                             inputs=read_input_files(inputs) if inputs else None)
     for output in result.outputs:
         print(output.line())
     level = f", level {result.level}" if result.level else ""
     print(f"ran {result.target or result.arch} artifact{level} {result.runner} in {result.run_seconds:.1f} s "
-          f"(inference {result.infer_ms:.1f} ms); reference onnxruntime on this host, seed {seed}")
+          f"(inference {result.infer_ms:.1f} ms); reference onnxruntime on this host, "
+          f"{'the --input arrays' if result.inputs_given else f'seed {seed}'}")
     write_json(json_out, result.to_dict())
     result.check()
     print("verified: outputs match onnxruntime")

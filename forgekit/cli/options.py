@@ -6,12 +6,15 @@ Defaults come from :mod:`forgekit.options`, never restated here.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..options import COMPILE_DEFAULTS, QUANTIZE_DEFAULTS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ModelArg = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="ONNX file or sample:NAME (LEIP spelling: --input_path MODEL).")]
 InputPathOpt = Annotated[Optional[str], typer.Option("--input_path", "--input-path", metavar="MODEL", hidden=True)]
@@ -24,6 +27,8 @@ DynamicOpt = Annotated[Optional[list[str]], typer.Option(
     "run time.")]
 FreezeOpt = Annotated[Optional[list[str]], typer.Option(
     "--freeze", metavar="NAME=VALUE", help="Make an input a constant (e.g. sr=16000), so branches on it fold.")]
+InputOpt = Annotated[Optional[list[str]], typer.Option("--input", "-i", metavar="NAME=FILE",
+                                                       help="name=file.npy, file.npy or file.npz.")]
 JsonOpt = Annotated[Optional[str], typer.Option("--json", metavar="FILE", help="Also write the result as JSON "
                                                 "to FILE ('-': standard output).")]
 PasswordFileOpt = Annotated[Optional[str], typer.Option(
@@ -219,3 +224,40 @@ def fmt_shape(shape: object) -> str:
 # accelerator offload (compile --offload)
 OffloadOpt = Annotated[Optional[str], typer.Option("--offload", metavar="ACCEL", help="Plan the accelerator offload "
                                                    "(tidl: TI boards) and, with TI's tools, build it.")]
+
+
+def _read_array(file: str) -> Any:
+    """A ``.npy``/``.npz`` file, never unpickled; one line when it is something else."""
+    from pathlib import Path
+
+    import numpy as np
+
+    path = Path(file)
+    if not path.is_file():
+        raise InputError(f"Input file '{file}' does not exist.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception:  # noqa: BLE001 - numpy's message suggests allow_pickle=True: never advise that
+        raise InputError(f"'{file}' is not a NumPy .npy or .npz file: save the input with numpy.save.") from None
+
+
+def read_input_files(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
+    """``--input name=file.npy`` / ``file.npy`` / ``file.npz``: the arrays by name, or in order when unnamed
+    (``run``, ``verify``, ``bench``)."""
+    import numpy as np
+
+    feeds: dict[str, np.ndarray] = {}
+    positional: list[np.ndarray] = []
+    for spec in specs:
+        name, sep, file = spec.partition("=") if "=" in spec else ("", "", spec)
+        loaded = _read_array(file)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                feeds.update({k: loaded[k] for k in loaded.files})
+        elif sep:
+            feeds[name] = loaded
+        else:
+            positional.append(loaded)
+    if feeds and positional:
+        raise UsageError("Mix of named (name=file) and unnamed inputs: name all of them.")
+    return feeds or positional

@@ -9,56 +9,22 @@ from typing import Annotated, Any, Optional
 import numpy as np
 import typer
 
-from ..errors import InputError, UsageError
+from ..errors import UsageError
 from .app import app, command
-from .options import KeyOpt, PasswordFileOpt, fmt_shape, password_if_encrypted
-
-
-def _read_array(file: str) -> Any:
-    """A ``.npy``/``.npz`` file, never unpickled; one line when it is something else."""
-    path = Path(file)
-    if not path.is_file():
-        raise InputError(f"Input file '{file}' does not exist.")
-    try:
-        return np.load(path, allow_pickle=False)
-    except Exception:  # noqa: BLE001 - numpy's message suggests allow_pickle=True: never advise that
-        raise InputError(f"'{file}' is not a NumPy .npy or .npz file: save the input with numpy.save.") from None
+from .options import InputOpt, KeyOpt, PasswordFileOpt, fmt_shape, password_if_encrypted, read_input_files
 
 
 def load_inputs(engine: Any, specs: list[str] | None, random: bool) -> list[np.ndarray]:
     """``--input name=file.npy`` / ``file.npy`` / ``file.npz`` (or ``--random``) as the model's input list."""
+    from ..runtime.inputs import arrange_inputs
+
     if random:
         if specs:
             raise UsageError("Give either --input files or --random, not both.")
         return engine.example_inputs(random=True)
     if not specs:
         raise UsageError("No inputs: pass --input name=file.npy (or file.npz), or --random.")
-    names = engine.input_names
-    feeds: dict[str, np.ndarray] = {}
-    positional: list[np.ndarray] = []
-    for spec in specs:
-        name, sep, file = spec.partition("=") if "=" in spec else ("", "", spec)
-        loaded = _read_array(file)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                feeds.update({k: loaded[k] for k in loaded.files})
-        elif sep:
-            feeds[name] = loaded
-        else:
-            positional.append(loaded)
-    if feeds and positional:
-        raise UsageError("Mix of named (name=file) and unnamed inputs: name all of them.")
-    if not feeds:
-        return positional
-    unknown = [n for n in feeds if names and n not in names]
-    if unknown:
-        raise InputError(f"The model has no input named {', '.join(repr(n) for n in unknown)}; its inputs are: "
-                         f"{', '.join(names)}.")
-    missing = [n for n in names if n not in feeds]
-    if missing:
-        raise InputError(f"No value for input(s) {', '.join(repr(n) for n in missing)} (the model's inputs are: "
-                         f"{', '.join(names)}).")
-    return [feeds[n] for n in names] if names else list(feeds.values())
+    return arrange_inputs(engine.input_names, read_input_files(specs))
 
 
 def summarize(name: str, array: np.ndarray) -> str:
@@ -79,8 +45,7 @@ def summarize(name: str, array: np.ndarray) -> str:
 @command
 def run(
     artifact: Annotated[str, typer.Argument(metavar="ARTIFACT", help="Artifact directory (or model_library.so).")],
-    inputs: Annotated[Optional[list[str]], typer.Option("--input", "-i", metavar="NAME=FILE",
-                                                        help="name=file.npy, file.npy or file.npz.")] = None,
+    inputs: InputOpt = None,
     random: Annotated[bool, typer.Option("--random", help="Run on random inputs of the right shapes.")] = False,
     save: Annotated[Optional[str], typer.Option("--save", metavar="FILE", help="Write the outputs to this .npz.")] = None,
     bench: Annotated[int, typer.Option("--bench", min=0, metavar="N", help="Also time N runs.")] = 10,

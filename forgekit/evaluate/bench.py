@@ -162,7 +162,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                "runs": runs, "warmup": warmup, "key_path": key_path, "rtol": rtol, "atol": atol,
                "min_cosine": min_cosine_for(meta.get("model", {})),
                "bf16": meta.get("model", {}).get("precision") == "bfloat16",
-               "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers}
+               "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers,
+               "frozen": meta.get("model", {}).get("frozen")}
         data = _spawn(job, threads, password)
         timings = data["timings"]
         kernels = _spawn({**job, "mode": "profile"}, threads, password)["kernels"] if profile else None
@@ -216,7 +217,8 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: 
     expected = None
     if onnx_model:
         sess = reference.session(onnx_model)
-        expected = reference.run(sess, reference.feeds(sess, [t["name"] for t in model.get("inputs", [])], inputs))
+        expected = reference.run(sess, reference.feeds(sess, [t["name"] for t in model.get("inputs", [])], inputs,
+                                                       frozen=model.get("frozen")))
     with tempfile.TemporaryDirectory(prefix="forgekit-rpc-") as tmp:
         staged = stage_artifact(library, meta_path, Path(tmp) / "artifact", key_path, password)
         device = RpcDevice(config)

@@ -40,7 +40,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         with np.load(job["inputs_npz"]) as saved:
             arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
     if mode == "rss:onnxruntime":
-        feeds = reference.feeds(session, job["names"], arrays)
+        feeds = reference.feeds(session, job["names"], arrays, frozen=job.get("frozen"))
         for _ in range(3):
             session.run(None, feeds)
         return {"peak_rss_mb": peak_rss_mb()}
@@ -67,7 +67,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     np.savez(job["inputs_npz"], *arrays)  # the same inputs for the memory probe of onnxruntime
     result: dict[str, Any] = {"names": engine.input_names, "level": engine.level}
     if session is not None:
-        feeds = reference.feeds(session, engine.input_names, arrays, f"'{job['onnx']}'")
+        feeds = reference.feeds(session, engine.input_names, arrays, f"'{job['onnx']}'", job.get("frozen"))
         fns["onnxruntime"] = lambda: session.run(None, feeds)
         expected = reference.run(reference.session(job["onnx"], job["threads"]), feeds)  # exact int8
         ours = engine.infer(*arrays)

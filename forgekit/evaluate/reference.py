@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -52,18 +52,26 @@ def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool
         raise ModelLoadError(f"onnxruntime cannot load '{onnx_model}': {first_line(str(exc))}") from None
 
 
-def feeds(sess: Any, names: Sequence[str], arrays: Sequence[np.ndarray], model: str = "the ONNX model") -> dict[str, Any]:
+def feeds(sess: Any, names: Sequence[str], arrays: Sequence[np.ndarray], model: str = "the ONNX model",
+          frozen: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The artifact's inputs as the model's feeds: by name when the names agree, else by position when the
-    counts agree; otherwise a one-line InputError (the ONNX model is not the one the artifact came from)."""
+    counts agree; otherwise a one-line InputError (the ONNX model is not the one the artifact came from).
+    ``frozen`` (metadata ``model.frozen``): the values of inputs the artifact was compiled with ``--freeze``,
+    which the ONNX model still takes."""
     ort_inputs = sess.get_inputs()
     ort_names = [i.name for i in ort_inputs]
-    if set(names) == set(ort_names):
-        chosen = dict(zip(names, arrays))
+    frozen = {k: v for k, v in (frozen or {}).items() if k in ort_names and k not in names}
+    if set(names) | set(frozen) == set(ort_names):
+        chosen = {**dict(zip(names, arrays)), **{spec.name: _frozen_feed(spec, frozen[spec.name])
+                                                 for spec in ort_inputs if spec.name in frozen}}
     elif len(ort_names) == len(arrays) and not names:
         chosen = dict(zip(ort_names, arrays))
     else:
+        missing = [n for n in ort_names if n not in names and n not in frozen]
+        hint = (f" (if the artifact was compiled with --freeze {missing[0]}=..., recompile it: it predates "
+                "metadata.json's record of frozen values)" if missing and set(names) < set(ort_names) else "")
         raise InputError(f"{model} has inputs {ort_names} but the artifact has {list(names)}: give the model the "
-                         "artifact was compiled from.")
+                         f"artifact was compiled from{hint}.")
     for spec in ort_inputs:  # same rank and static dims, or it is another model
         array = np.asarray(chosen[spec.name])
         dims = spec.shape or []
@@ -71,6 +79,15 @@ def feeds(sess: Any, names: Sequence[str], arrays: Sequence[np.ndarray], model: 
             raise InputError(f"{model} expects input '{spec.name}' of shape {dims} but the artifact's is "
                              f"{list(array.shape)}: give the model the artifact was compiled from (--onnx).")
     return chosen
+
+
+def _frozen_feed(spec: Any, value: Any) -> np.ndarray:
+    """A frozen value as onnxruntime takes the input: its dtype (``tensor(float)``...), and a single value
+    shaped to the input's rank (as ``--freeze`` made it: :func:`forgekit.importer.prepare_onnx`)."""
+    kind = str(spec.type)[len("tensor("):-1]
+    array = np.asarray(value, dtype={"float": np.float32, "double": np.float64}.get(kind, kind))
+    rank = len(spec.shape or [])
+    return array.reshape([1] * rank) if array.ndim != rank and array.size == 1 else array
 
 
 def run(sess: Any, fed: dict[str, Any], model: str = "the ONNX model") -> list[np.ndarray]:

@@ -13,11 +13,11 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from ..artifact.layout import read_metadata, resolve
 from ..errors import ArtifactError, NotAvailableError, VerificationError
-from ..runtime.inputs import example_inputs
+from ..runtime.inputs import arrange_inputs, check_indices, check_inputs, example_inputs
 from . import bf16_reference, reference
 from .compare import ATOL, RTOL, OutputComparison, compare, min_cosine_for
 
@@ -38,6 +38,7 @@ class VerifyResult:
     infer_ms: float = 0.0
     level: str | None = None  # the instruction-set level the device loaded (portable artifacts)
     min_cosine: float | None = None  # the criterion of a bf16/fp16/quantized artifact (compare.min_cosine_for)
+    inputs_given: bool = False  # run on the caller's inputs, not on seeded random ones
 
     @property
     def ok(self) -> bool:
@@ -80,7 +81,8 @@ def device_for(meta: dict[str, Any], log: Callable[[str], None] | None = None) -
 
 def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathLike[str], *, rtol: float = RTOL,
                     atol: float = ATOL, seed: int = 0, key_path: str | None = None, password: str | None = None,
-                    timeout: float = 1800, log: Callable[[str], None] | None = None) -> VerifyResult:
+                    timeout: float = 1800, log: Callable[[str], None] | None = None,
+                    inputs: Mapping[str, Any] | Sequence[Any] | None = None) -> VerifyResult:
     """Run ``artifact`` on its own architecture and compare its outputs with onnxruntime's on ``onnx_model``.
 
     Returns a :class:`VerifyResult` (call ``.check()`` to raise on a mismatch).  Raises
@@ -88,7 +90,10 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
     model's inputs do not correspond to the artifact's, :class:`NotAvailableError` for artifacts forgekit
     cannot execute here (Android, CUDA, other CPUs), :class:`ToolchainError` when qemu or debootstrap is
     missing.  ``log`` receives progress lines (the first aarch64 verification builds the cached rootfs,
-    which takes minutes).
+    which takes minutes).  ``inputs``: the arrays to run on (by name, or a list in input order) instead of
+    seeded random ones, which lie in the values the metadata records for an input (the rows of the table an
+    index reads, a quantized model's calibration range), else floats in [0, 1) and integers in [0, 10).
+    Inputs compiled away with ``--freeze`` are fed to onnxruntime with their frozen values.
     """
     from ..devices.staging import stage_artifact
 
@@ -99,11 +104,16 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
     build, model = meta["build"], meta["model"]
     device = device_for(meta, log)
     sess = reference.session(onnx_model)
-    inputs = example_inputs(model["inputs"], random=True, seed=seed, ranges=model.get("dynamic"))
-    expected = reference.run(sess, reference.feeds(sess, [t["name"] for t in model["inputs"]], inputs,
-                                                   f"'{onnx_model}'"), f"'{onnx_model}'")
+    names, given = [t["name"] for t in model["inputs"]], inputs is not None
+    if inputs is None:
+        inputs = example_inputs(model["inputs"], random=True, seed=seed, ranges=model.get("dynamic"))
+    else:
+        inputs = check_inputs(model["inputs"], arrange_inputs(names, inputs), model.get("dynamic"))
+        check_indices(model["inputs"], inputs)
+    fed = reference.feeds(sess, names, inputs, f"'{onnx_model}'", model.get("frozen"))
+    expected = reference.run(sess, fed, f"'{onnx_model}'")
     result = VerifyResult(str(artifact), build.get("target_name", ""), build.get("arch", ""), device.name, rtol, atol,
-                          seed)
+                          seed, inputs_given=given)
     with tempfile.TemporaryDirectory(prefix="forgekit-verify-") as scratch:
         staged = stage_artifact(library, meta_path, Path(scratch) / "artifact", key_path, password)
         run = device.run(staged, inputs, timeout=timeout)
@@ -113,18 +123,17 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
     result.run_seconds, result.infer_ms = run.seconds, run.infer_ms[0] if run.infer_ms else 0.0
     result.level = run.level
     result.min_cosine = min_cosine_for(model)
-    names = [t["name"] for t in model["outputs"]] or [o.name for o in sess.get_outputs()]
-    result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine) for n, a, e in zip(names, run.outputs, expected)]
+    outs = [t["name"] for t in model["outputs"]] or [o.name for o in sess.get_outputs()]
+    result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine) for n, a, e in zip(outs, run.outputs, expected)]
     if not result.ok:  # an ill-conditioned output, or a wrong one?
-        fed = reference.feeds(sess, [t["name"] for t in model["inputs"]], inputs)
         if result.min_cosine is None:
             noise = reference.noise_floor(onnx_model, fed, expected)
             result.outputs = [compare(n, a, e, rtol, atol, None, f)
-                              for n, a, e, f in zip(names, run.outputs, expected, noise)]
+                              for n, a, e, f in zip(outs, run.outputs, expected, noise)]
         else:
             noise = reference.cosine_noise(onnx_model, fed, expected)
             bf16 = (bf16_reference.bf16_noise(onnx_model, fed, expected) if model.get("precision") == "bfloat16"
                     else [0.0] * len(expected))
             result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine, cosine_noise=f, bf16_noise=b)
-                              for n, a, e, f, b in zip(names, run.outputs, expected, noise, bf16)]
+                              for n, a, e, f, b in zip(outs, run.outputs, expected, noise, bf16)]
     return result

@@ -25,7 +25,8 @@ from ..description import ModelDescription, TensorInfo
 from ..errors import NotAvailableError, UsageError
 from ..offload.mixin import PartitionMixin
 from ..options import DEFAULT_OUTPUT, CompileOptions
-from .graph import const_array, constants, flatten_outputs, simplify, tensor_infos, to_tvm
+from .graph import (const_array, constants, flatten_outputs, frozen_values, input_values, simplify, tensor_infos,
+                    to_tvm)
 from .quantization import QuantizationMixin
 
 
@@ -219,7 +220,8 @@ class IRModule(QuantizationMixin, PartitionMixin):
                                 self.fingerprint, self.precision, self._state.quantization,
                                 self._state.quantization_report, self.operators,
                                 sum(int(const_array(c).nbytes) for c in constants(self._mod["main"])),
-                                self.describe_dynamic())
+                                self.describe_dynamic(), frozen_values(self._state.source),
+                                input_values(self._state.source, self._state.calibration if self.is_quantized else None))
 
     # ------------------------------------------------------------------ identity
     def structural_hash(self) -> int:

@@ -82,3 +82,20 @@ def simplify(mod: Any, *, fold_constants: bool, fold_batch_norms: bool) -> Any:
         return mod
     except Exception as exc:
         raise CompileError(f"Simplifying the imported graph failed: {first_line(exc)}") from exc
+
+
+def input_values(source: Any, calibration: Any) -> dict[str, dict[str, float]]:
+    """Input name -> the values it is meant to take (metadata ``values``): integer inputs that index a table
+    its ``[0, size)`` (:mod:`forgekit.importer.index_ranges`), float inputs of a quantized model the range and
+    moments of its calibration samples (``calibration``: the Calibration it was quantized with, or None)."""
+    from ..importer.index_ranges import index_bounds
+    from ..quantize.calibrate import input_values as calibrated
+
+    bounds = index_bounds(source.model) if source is not None else {}
+    return {**{name: {"min": 0, "max": size - 1} for name, size in bounds.items()}, **calibrated(calibration)}
+
+
+def frozen_values(source: Any) -> dict[str, Any]:
+    """Input name -> the value ``freeze`` made it (JSON-ready): the ONNX model still takes these inputs, so
+    whoever runs it beside the artifact (``verify``, ``bench``) must feed them."""
+    return {name: np.asarray(value).tolist() for name, value in (source.freeze if source is not None else {}).items()}

@@ -124,6 +124,7 @@ def calibrate(mod: tvm.IRModule, inputs: Sequence[Any], data: Any, *, previous: 
         kept = calib.extra.setdefault("samples", [])
         if len(kept) < KEPT_SAMPLES:  # for the accuracy report and max_accuracy_drop
             kept.append(sample)
+        _record_inputs(calib.extra.setdefault("inputs", {}), names, sample)
         for p, tensor in enumerate(result[1]):
             if p in unique_stats:
                 unique_stats[p].update(tensor.numpy())
@@ -132,3 +133,26 @@ def calibrate(mod: tvm.IRModule, inputs: Sequence[Any], data: Any, *, previous: 
         raise UsageError("Calibration data is empty: pass at least one sample.")
     calib.samples += count
     return calib
+
+
+def _record_inputs(record: dict[str, list[float]], names: Sequence[str], sample: Sequence[np.ndarray]) -> None:
+    """Running min, max, sum, sum of squares and count of each float input over the calibration samples."""
+    for name, array in zip(names, sample):
+        if array.dtype.kind != "f" or not array.size:
+            continue
+        values = array.astype(np.float64)
+        low, high, total, squares, count = record.get(name, [np.inf, -np.inf, 0.0, 0.0, 0])
+        record[name] = [min(low, float(values.min())), max(high, float(values.max())), total + float(values.sum()),
+                        squares + float(np.square(values).sum()), count + int(values.size)]
+
+
+def input_values(calib: Calibration | None) -> dict[str, dict[str, float]]:
+    """Float input -> ``{"min", "max", "mean", "std"}`` of its calibration samples: the inputs an int8
+    artifact was calibrated for, and so the ones ``verify``/``bench`` judge it on (on U[0, 1) pixels a correct
+    int8 classifier calibrated on images in [0, 255] is all rounding error)."""
+    out = {}
+    for name, (low, high, total, squares, count) in ((calib.extra.get("inputs") or {}).items() if calib else ()):
+        mean = total / count
+        std = max(squares / count - mean * mean, 0.0) ** 0.5
+        out[name] = {"min": low, "max": high, "mean": mean, "std": std}
+    return out

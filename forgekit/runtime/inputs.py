@@ -30,9 +30,10 @@ def example_size(span: Mapping[str, Any] | None) -> int:
 def example_inputs(specs: Sequence[Mapping[str, Any]], random: bool = True, seed: int = 0,
                    sizes: Mapping[str, int] | None = None,
                    ranges: Mapping[str, Mapping[str, Any]] | None = None) -> list[np.ndarray]:
-    """Inputs for metadata tensor specs (``{"name", "shape", "dtype"}``): random (floats in [0, 1), 0/1 for
-    masks and booleans, integers in [0, 10)) or zeros.  Symbolic dims take their value from ``sizes``
-    (symbol -> int), else :func:`example_size` of their ``ranges`` entry (metadata ``model.dynamic``)."""
+    """Inputs for metadata tensor specs (``{"name", "shape", "dtype"}``): random or zeros.  Random values lie
+    in the spec's ``values`` when it has them (see :func:`draw`), else floats in [0, 1), 0/1 for masks and
+    booleans, integers in [0, 10).  Symbolic dims take their value from ``sizes`` (symbol -> int), else
+    :func:`example_size` of their ``ranges`` entry (metadata ``model.dynamic``)."""
     rng = np.random.default_rng(seed)
     sizes = sizes or {}
     ranges = ranges or {}
@@ -43,6 +44,8 @@ def example_inputs(specs: Sequence[Mapping[str, Any]], random: bool = True, seed
         dtype = np.dtype(spec["dtype"])
         if not random:
             out.append(np.zeros(shape, dtype))
+        elif spec.get("values"):
+            out.append(draw(rng, shape, dtype, spec["values"]))
         elif dtype.kind == "f":
             out.append(rng.random(shape, dtype=np.float32).astype(dtype))
         elif dtype.kind == "b" or "mask" in spec["name"].lower():  # attention masks are 0/1
@@ -50,6 +53,53 @@ def example_inputs(specs: Sequence[Mapping[str, Any]], random: bool = True, seed
         else:
             out.append(rng.integers(0, 10, shape).astype(dtype))
     return out
+
+
+def draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, values: Mapping[str, float]) -> np.ndarray:
+    """Random values an input is meant to take (metadata ``values``): integers in ``[min, max]`` (the rows of
+    the table an index reads), floats around the ``mean`` with the ``std`` of the calibration samples, kept in
+    their ``[min, max]`` (uniform in it without moments)."""
+    low, high = float(values["min"]), float(values["max"])
+    if dtype.kind in "iu":
+        return rng.integers(int(low), int(high) + 1, shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    if "mean" in values and "std" in values:
+        drawn = rng.normal(float(values["mean"]), float(values["std"]), shape)
+    else:
+        drawn = rng.uniform(low, high, shape)
+    return np.clip(drawn, low, high).astype(dtype)
+
+
+def check_indices(specs: Sequence[Mapping[str, Any]], arrays: Sequence[np.ndarray]) -> None:
+    """A one-line :class:`InputError` for an integer input holding a value outside the ``values`` its metadata
+    records (the rows of the table it indexes): otherwise a kernel reads past the table, or onnxruntime
+    refuses the feeds with a question about the model."""
+    for spec, array in zip(specs, arrays):
+        values = spec.get("values")
+        if not values or np.asarray(array).dtype.kind not in "iu" or not np.asarray(array).size:
+            continue
+        low, high = int(values["min"]), int(values["max"])
+        outside = np.asarray(array)[(array < low) | (array > high)]
+        if outside.size:
+            raise InputError(f"Input '{spec['name']}' holds {outside.flat[0]}; it indexes a table of {high + 1} rows "
+                             f"in this model: pass values from {low} to {high}.")
+
+
+def arrange_inputs(names: Sequence[str], given: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+    """User inputs in the model's input order: ``given`` by name (each of ``names`` once, no other) or as a
+    list already in order; one-line :class:`InputError` s name what is unknown or missing."""
+    if not isinstance(given, Mapping):
+        return list(given)
+    unknown = [n for n in given if names and n not in names]
+    if unknown:
+        raise InputError(f"The model has no input named {', '.join(repr(n) for n in unknown)}; its inputs are: "
+                         f"{', '.join(names)}.")
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise InputError(f"No value for input(s) {', '.join(repr(n) for n in missing)} (the model's inputs are: "
+                         f"{', '.join(names)}).")
+    return [given[n] for n in names] if names else list(given.values())
 
 
 def fmt_shape(shape: Sequence[Any]) -> str:
