@@ -10,6 +10,12 @@ branch on them, so never renumber an existing class.
 from __future__ import annotations
 
 
+#: how the message of a refused index starts: the bounds checks compiled into every CPU artifact
+#: (forgekit/passes/index_checks.py) raise it inside the model, the runtimes (Engine, the C API) turn it into
+#: an InputError (exit 9)
+INDEX_ERROR_MARKER = "Index out of range"
+
+
 class ForgekitError(Exception):
     """Base of every user-facing forgekit error."""
 

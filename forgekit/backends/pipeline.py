@@ -20,17 +20,27 @@ def lowering_pipeline(opt_level: int, target: Any, *, is_cpu: bool, is_cuda: boo
     :class:`.cpu.weights.WeightStore` the large constants are lifted into (CPU levels 3-4 only).  Level 2
     (and GPUs): TVM's default pipeline with fusion (DLight on GPUs).  Below: unfused (on GPUs still DLight-scheduled,
     :func:`.cuda.pipeline.unfused_pipeline`).
+
+    CPU pipelines at every level start with :func:`forgekit.passes.index_checks.check_indices_pass`: an index
+    a model reads from its inputs is bounds-checked before any gather or scatter uses it.
     """
+    import tvm
     from tvm import relax
 
     if uses_cpu_schedules(opt_level, is_cpu):
         from .cpu import cpu_pipeline
 
-        return cpu_pipeline(target, database=database, bf16=bf16, weights=weights)
-    if opt_level >= 2:
-        return relax.get_default_pipeline(target)
-    if is_cuda:
+        pipeline = cpu_pipeline(target, database=database, bf16=bf16, weights=weights)
+    elif opt_level >= 2:
+        pipeline = relax.get_default_pipeline(target)
+    elif is_cuda:
         from .cuda.pipeline import unfused_pipeline
 
         return unfused_pipeline(target)
-    return relax.get_pipeline("default_build")
+    else:
+        pipeline = relax.get_pipeline("default_build")
+    if not is_cpu:
+        return pipeline
+    from ..passes.index_checks import check_indices_pass
+
+    return tvm.transform.Sequential([check_indices_pass(), pipeline], name="forgekit.CheckedPipeline")

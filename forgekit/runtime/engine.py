@@ -14,10 +14,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..artifact.layout import SHARED_WEIGHTS_CHECK, read_metadata, resolve
-from ..errors import ArtifactError, InputError
+from ..artifact.layout import SHARED_WEIGHTS_CHECK, read_metadata, resolve, shared_weights_file
+from ..errors import INDEX_ERROR_MARKER, ArtifactError, InputError
 from .compat import check_runnable, check_size, choose_library
 from .inputs import check_inputs, example_inputs
+from .integrity import check_files, load_path
 from .loader import aligned_copy, ensure_runtime
 from .stats import latency_stats, time_calls
 
@@ -54,8 +55,6 @@ class Engine:
         check_size(self.metadata, library)
         self.library_path = library
         ensure_runtime()
-        import tvm_ffi
-
         from .. import crypto  # only encrypted artifacts need `cryptography`
 
         self.encrypted = crypto.is_encrypted(library)
@@ -66,7 +65,10 @@ class Engine:
                 key_path, password = crypto.artifact_key(library, key_path, password)
                 module = load_encrypted_module(library, key_path, password)
             else:
-                module = tvm_ffi.load_module(str(library))
+                # what compile wrote, byte for byte (AES-GCM authenticates encrypted ones as they decrypt)
+                shared = shared_weights_file(self.metadata) if self.level else None
+                check_files(self.metadata, library, [shared] if shared else [])
+                module = _load(library, shared)
             if self.level is not None and module.implements_function(SHARED_WEIGHTS_CHECK, True):
                 # a portable artifact's shared weights file: mapped and checked now, not at the first inference
                 module.get_function(SHARED_WEIGHTS_CHECK, True)()
@@ -117,8 +119,7 @@ class Engine:
         import tvm_ffi
 
         arrays = self.arrange(inputs)
-        result = self._main(*[tvm_ffi.from_dlpack(a) for a in arrays])
-        return _flatten(result)
+        return _flatten(_run(self._main, [tvm_ffi.from_dlpack(a) for a in arrays]))
 
     def prepared_call(self, *inputs: Any) -> Any:
         """A zero-argument function running the model on ``inputs`` (checked and converted once): what a
@@ -127,7 +128,7 @@ class Engine:
 
         args = [tvm_ffi.from_dlpack(a) for a in self.arrange(inputs)]
         main = self._main
-        return lambda: main(*args)
+        return lambda: _run(main, args)
 
     def set_instrument(self, instrument: Any) -> None:
         """Call ``instrument(func, symbol, before, result, *args)`` around every kernel and runtime call the
@@ -158,6 +159,36 @@ class Engine:
     def benchmark(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> dict[str, float]:
         """Time ``n`` runs after ``warmup`` runs; returns milliseconds (median, p90, mean, min) and throughput."""
         return latency_stats(self.time_runs(n, warmup, inputs))
+
+
+def _load(library: Path, shared_weights: str | None) -> Any:
+    """The library as a module: from its file (:func:`.integrity.load_path`), or from memory when the file
+    was overwritten in place since this process loaded it (then a level of a portable artifact, which finds its
+    shared weights next to its file, cannot be loaded: one line)."""
+    import tvm_ffi
+
+    path = load_path(library)
+    if path is not None:
+        return tvm_ffi.load_module(path)
+    if shared_weights:
+        raise ArtifactError(f"'{library}' was overwritten in place after this process loaded it: write the new "
+                            "artifact beside it and rename it over the old one (as 'forgekit compile' does), or "
+                            "restart the process.")
+    from .memload import load_module_from_memory
+
+    return load_module_from_memory(library.read_bytes(), name=library.name)
+
+
+def _run(main: Any, args: list[Any]) -> Any:
+    """``main(*args)``; an index the model's bounds checks refused (:mod:`forgekit.passes.index_checks`) is an
+    InputError (exit 9) with the check's own line."""
+    try:
+        return main(*args)
+    except Exception as exc:
+        message = str(exc).strip()
+        if message.startswith(INDEX_ERROR_MARKER):
+            raise InputError(message.splitlines()[0]) from None
+        raise
 
 
 def _flatten(result: Any) -> list[np.ndarray]:

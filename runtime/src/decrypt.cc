@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tvm/ffi/any.h>
@@ -41,6 +42,8 @@ bool IsEncrypted(const std::string& path) {
 }
 
 #ifdef FORGEKIT_NO_CRYPTO
+std::string Sha256File(const std::string&) { return ""; }
+
 int DecryptToMemfd(const std::string& library, const std::string&, const std::string&) {
   throw Failure(FK_ERR_NOT_AVAILABLE, "'" + library + "' is encrypted and this forgekit runtime was built without "
                                           "OpenSSL: rebuild it with libcrypto (libssl-dev).");
@@ -56,6 +59,30 @@ Failure Corrupt(const std::string& what, const std::string& path, const std::str
   return Failure(FK_ERR_ENCRYPTION, what + " '" + path + "' is corrupt (" + detail +
                                         "): re-copy it from the original or re-encrypt the model.");
 }
+
+}  // namespace
+
+std::string Sha256File(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Failure(FK_ERR_ARTIFACT, "Cannot read '" + path + "': check its permissions.");
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    throw Failure(FK_ERR_RUNTIME, "libcrypto cannot compute SHA-256.");
+  }
+  std::vector<char> block(1 << 20);
+  while (file.read(block.data(), static_cast<std::streamsize>(block.size())) || file.gcount() > 0) {
+    EVP_DigestUpdate(ctx.get(), block.data(), static_cast<size_t>(file.gcount()));
+  }
+  unsigned char digest[32];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += {kHex[digest[i] >> 4], kHex[digest[i] & 15]};
+  return hex;
+}
+
+namespace {
 
 uint32_t Be32(const unsigned char* p) { return (uint32_t(p[0]) << 24) | (p[1] << 16) | (p[2] << 8) | p[3]; }
 

@@ -10,7 +10,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <climits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tvm/ffi/container/array.h>
@@ -36,6 +38,8 @@ bool FileExists(const std::string& path) {
 namespace {
 
 thread_local std::string g_last_error;
+// how the message of a refused index starts (forgekit.errors.INDEX_ERROR_MARKER)
+const char kIndexErrorMarker[] = "Index out of range";
 
 struct DtypeName {
   const char* name;
@@ -109,6 +113,39 @@ std::string FdPath(int fd) {
   return "/proc/self/fd/" + segments + std::to_string(fd);
 }
 
+}  // namespace
+
+// glibc's dlopen also returns the object loaded before under the same path when the file there was replaced
+// since (an artifact recompiled in place): each file identity (device, inode, size, mtime) seen at a path gets
+// its own spelling, "dir/./name", "dir/././name"... (a portable level still finds its weights next to it).
+std::string LoadPath(const std::string& library) {
+  static std::mutex lock;
+  static std::map<std::string, std::map<std::vector<int64_t>, std::string>> spellings;
+  char resolved[PATH_MAX];
+  std::string real = realpath(library.c_str(), resolved) ? resolved : library;
+  struct stat st;
+  if (stat(real.c_str(), &st) != 0) return library;
+  std::vector<int64_t> id = {static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+                             static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec),
+                             static_cast<int64_t>(st.st_mtim.tv_nsec)};
+  std::lock_guard<std::mutex> guard(lock);
+  auto& seen = spellings[real];
+  auto found = seen.find(id);
+  if (found != seen.end()) return found->second;
+  for (const auto& entry : seen) {
+    if (entry.first[0] == id[0] && entry.first[1] == id[1]) {  // same inode, other bytes: dlopen gives the old code
+      throw Failure(FK_ERR_ARTIFACT, "'" + library + "' was overwritten in place after this process loaded it: write "
+                                     "the new file beside it and rename it over the old one, or restart the process.");
+    }
+  }
+  size_t slash = real.find_last_of('/');
+  std::string dots;
+  for (size_t i = 0; i < seen.size(); ++i) dots += "./";
+  return seen[id] = real.substr(0, slash + 1) + dots + real.substr(slash + 1);
+}
+
+namespace {
+
 tvm::ffi::Module LoadLibrary(const std::string& path) {
   // Not Module::LoadFromFile: it picks the loader from the extension, and a memfd path has none.
   static tvm::ffi::Function loader = tvm::ffi::Function::GetGlobalRequired("ffi.Module.load_from_file.so");
@@ -155,6 +192,11 @@ int Guard(F&& body) {
     forgekit::g_last_error = e.what();
     return e.code;
   } catch (const tvm::ffi::Error& e) {
+    // an index the model's bounds checks refused (forgekit/passes/index_checks.py): the input's fault, exit 9
+    if (e.message().rfind(forgekit::kIndexErrorMarker, 0) == 0) {
+      forgekit::g_last_error = forgekit::FirstLine(e.message());
+      return FK_ERR_INPUT;
+    }
     forgekit::g_last_error = e.kind() + ": " + forgekit::FirstLine(e.message());
     return FK_ERR_RUNTIME;
   } catch (const std::exception& e) {
@@ -205,8 +247,10 @@ void Open(const std::string& path, const char* key_file, const char* password, f
     }
     close(fd);  // the code stays mapped until the module is freed
   } else {
+    // what compile wrote, byte for byte (an encrypted library is authenticated chunk by chunk as it decrypts)
+    CheckDigests(m->meta, library, !m->level.empty());
     try {
-      m->library = LoadLibrary(library);
+      m->library = LoadLibrary(LoadPath(library));
     } catch (const tvm::ffi::Error& e) {
       throw Failure(FK_ERR_ARTIFACT, "Cannot load '" + library + "': " + FirstLine(e.message()));
     }

@@ -140,4 +140,35 @@ void CheckSize(const Metadata& meta, const std::string& library) {
   }
 }
 
+namespace {
+// The sha256 recorded for the file named `name`, "" when metadata.json records none.
+std::string RecordedDigest(const Metadata& meta, const std::string& name) {
+  for (const Variant& v : meta.variants) {
+    if (v.file == name && !v.sha256.empty()) return v.sha256;
+  }
+  if (name == meta.library_file) return meta.library_sha256;
+  return name == meta.weights_file ? meta.weights_sha256 : "";
+}
+
+void CheckDigest(const std::string& path, const std::string& expected) {
+  if (expected.empty()) return;
+  std::string actual = Sha256File(path);  // "" without libcrypto: nothing to compare with
+  if (!actual.empty() && actual != expected) {
+    throw Failure(FK_ERR_ARTIFACT, "'" + path + "' does not match the sha256 in its metadata.json (" +
+                                       actual.substr(0, 12) + "... instead of " + expected.substr(0, 12) +
+                                       "...): the file is damaged or was changed after compile; copy the artifact "
+                                       "again or recompile it.");
+  }
+}
+}  // namespace
+
+void CheckDigests(const Metadata& meta, const std::string& library, bool shared_weights) {
+  size_t slash = library.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : library.substr(0, slash);
+  CheckDigest(library, RecordedDigest(meta, library.substr(slash == std::string::npos ? 0 : slash + 1)));
+  if (shared_weights && !meta.weights_file.empty() && FileExists(JoinPath(dir, meta.weights_file))) {
+    CheckDigest(JoinPath(dir, meta.weights_file), meta.weights_sha256);
+  }
+}
+
 }  // namespace forgekit

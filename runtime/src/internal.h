@@ -27,6 +27,7 @@ struct Variant {  // one instruction-set level of a portable artifact
   std::string name, file;
   std::vector<std::string> cpu_features;
   int64_t size = -1;  // bytes, as metadata.json records them (-1: not recorded)
+  std::string sha256;  // hex, as metadata.json records it ("": not recorded)
 };
 
 struct Metadata {
@@ -34,6 +35,7 @@ struct Metadata {
   std::vector<std::string> cpu_features;
   std::vector<Variant> variants;
   int64_t library_size = -1;  // of library_file (-1: not recorded)
+  std::string library_sha256, weights_file, weights_sha256;  // "": not recorded
   std::vector<TensorSpec> inputs, outputs;
 };
 
@@ -49,6 +51,15 @@ std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const st
 // forgekit.runtime.compat.check_size.
 void CheckSize(const Metadata& meta, const std::string& library);
 
+// Failure (FK_ERR_ARTIFACT) when the library (or the weights file its levels share) does not hash to the sha256
+// metadata.json records: forgekit.runtime.integrity.  Needs libcrypto; a runtime built without it skips the check.
+void CheckDigests(const Metadata& meta, const std::string& library, bool shared_weights);
+// The path to dlopen `library` with: another spelling once the file at that path was replaced, so glibc does
+// not hand back the code loaded from the old file (forgekit.runtime.integrity.load_path).
+std::string LoadPath(const std::string& library);
+
+// The SHA-256 of a file as lowercase hex; "" when this runtime was built without libcrypto.
+std::string Sha256File(const std::string& path);
 // True when the file starts with the encrypted-library magic bytes.
 bool IsEncrypted(const std::string& path);
 // Decrypt and authenticate every chunk into a sealed memfd; returns its descriptor (caller closes).

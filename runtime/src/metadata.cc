@@ -109,9 +109,14 @@ Metadata ReadMetadata(const std::string& path) {
   for (const Any& spec : Arr(model, "outputs")) meta.outputs.push_back(ParseTensor(spec, dynamic, "'" + path + "'"));
   meta.library_file = Str(library, "file", "model_library.so");
   meta.library_size = Int(library, "size").value_or(-1);
+  meta.library_sha256 = Str(library, "sha256");
   for (const Any& entry : Arr(library, "variants")) {
     meta.variants.push_back({Str(entry, "name"), Str(entry, "file"), Strings(entry, "cpu_features"),
-                             Int(entry, "size").value_or(-1)});
+                             Int(entry, "size").value_or(-1), Str(entry, "sha256")});
+  }
+  if (auto weights = Field(library, "weights")) {
+    meta.weights_file = Str(*weights, "file");
+    meta.weights_sha256 = Str(*weights, "sha256");
   }
   meta.arch = Str(build, "arch");
   meta.cpu = Str(build, "cpu");

@@ -266,6 +266,11 @@ def test_portable_levels_share_one_weights_file(capi, tmp_path) -> None:
     data[30] ^= 0xFF  # a byte of the header's digest: another build's file
     (artifact / weights).write_bytes(bytes(data))
     foreign = run(capi, artifact, x, out=tmp_path / "foreign")
+    assert foreign.returncode == 7 and "does not match the sha256" in foreign.stderr, foreign.stderr
+    meta = json.loads((artifact / "metadata.json").read_text())  # no recorded digest: the library's own check
+    del meta["library"]["weights"]["sha256"]
+    (artifact / "metadata.json").write_text(json.dumps(meta))
+    foreign = run(capi, artifact, x, out=tmp_path / "foreign")
     assert foreign.returncode == 7 and "header mismatch" in foreign.stderr, foreign.stderr
     (artifact / weights).unlink()
     missing = run(capi, artifact, x, out=tmp_path / "missing")
@@ -288,3 +293,37 @@ def test_build_is_cached_by_source_hash(capi, tmp_path) -> None:
     (source / "src" / "metadata.cc").write_text((source / "src" / "metadata.cc").read_text() + "\n// changed\n")
     changed = build_capi(capi.directory.parent, source_dir=source, encryption=False)
     assert changed.directory != capi.directory and changed.library.is_file() and not changed.encryption
+
+
+def test_a_flipped_byte_is_refused_at_load(capi, convnet_compiled, convnet_input, tmp_path) -> None:
+    """As forgekit.runtime.integrity: a library whose bytes differ from the sha256 in metadata.json (same size, so
+    check_size passes), one line, exit 7; without the check it loaded and ran."""
+    copy = shutil.copytree(convnet_compiled, tmp_path / "copy")
+    data = bytearray((copy / "model_library.so").read_bytes())
+    data[len(data) // 2] ^= 1
+    (copy / "model_library.so").write_bytes(bytes(data))
+    done = run(capi, copy, save(tmp_path, "in.npy", convnet_input), out=tmp_path / "out")
+    assert done.returncode == 7 and "does not match the sha256 in its metadata.json" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_an_index_out_of_range_is_exit_9(capi, tmp_path) -> None:
+    """The bounds checks compiled into the model (forgekit/passes/index_checks.py) end the run with one line and
+    the input error's code, not a crash or another table's bytes."""
+    import forgekit
+
+    table = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(2, 4), "table")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0)], "emb",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+                              [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [1, 3, 4])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    forgekit.from_onnx(model).compile(target="host", output_path=tmp_path / "emb")
+    good = run(capi, tmp_path / "emb", save(tmp_path, "good.npy", np.array([[0, 1, -1]])), out=tmp_path / "ok")
+    assert good.returncode == 0, good.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "ok" / "emb.npy")[0], np.arange(8).reshape(2, 4)[[0, 1, 1]])
+    for bad in (2, -3, 2_000_000_000):
+        done = run(capi, tmp_path / "emb", save(tmp_path, "bad.npy", np.array([[0, bad, 1]])), out=tmp_path / "o")
+        assert done.returncode == 9, done.stderr
+        assert done.stderr.count("\n") == 1 and "Index out of range" in done.stderr and "'ids'" in done.stderr
+    assert not (tmp_path / "o").exists()
