@@ -127,6 +127,11 @@ def test_a_foreign_weights_file_is_refused_not_used(artifact: Path, tmp_path: Pa
     else:
         data = data[:-64]
     (copy / name).write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=f"{name}' does not match the sha256"):  # the runtime's check first
+        Engine(copy)
+    meta = json.loads((copy / "metadata.json").read_text())  # without a recorded digest, the library's own check
+    del meta["library"]["weights"]["sha256"]
+    (copy / "metadata.json").write_text(json.dumps(meta))
     expected = "header mismatch" if damage == "header" else "wrong size"
     with pytest.raises(ArtifactError, match=f"Cannot load .*{expected}"):  # at load, not at the first inference
         Engine(copy)
