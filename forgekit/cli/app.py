@@ -46,6 +46,25 @@ def _apply_common(verbose: bool = False, quiet: bool = False, debug: bool = Fals
         log.set_verbosity(log.QUIET)
 
 
+def old_spellings(rewrite: Callable[[list[str]], list[str]]) -> type:
+    """A command class (``@app.command(cls=...)``) for a verb that still takes its spellings of earlier
+    releases: ``rewrite`` turns its arguments into today's before typer parses them (a flag that became an
+    option with a value, a flag renamed onto a shared one), so no option needs declaring twice."""
+    from typer.core import TyperCommand
+
+    class OldSpellings(TyperCommand):
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+            return super().parse_args(ctx, rewrite(list(args)))
+
+    return OldSpellings
+
+
+def deprecated(spelling: str, instead: str) -> None:
+    """The one line an old spelling of an option prints: it keeps working (scripts written for an earlier
+    release must not break), and the line says what to write now."""
+    log.warn(f"{spelling} is deprecated (it still works): use {instead}")
+
+
 def _fail(message: str, code: int) -> None:
     log.error(message)
     raise typer.Exit(code)

@@ -13,7 +13,7 @@ import typer
 from .. import log, progress
 from ..errors import UsageError
 from ..options import CompileOptions, QuantizeOptions, TuneOptions
-from .app import app, command
+from .app import app, command, deprecated
 from .options import (C, Q, CalibDataOpt, DynamicOpt, ForceOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg,
                       OffloadOpt, PasswordFileOpt, ShapeOpt, model_arg, parse_dynamic, parse_freeze, parse_shapes,
                       password, quantize_options, rpc_options, write_json)
@@ -252,11 +252,17 @@ def quantize_report(
     = Q.activation_dtype,
     input_shape: ShapeOpt = None,
     json_out: JsonOpt = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE", hidden=True)] = None,
     **quant: Any,
 ) -> None:
     """Quantize a model and print per-layer cosine/SNR against fp32 and the output agreement."""
     from ..model import from_onnx
 
+    if output is not None:  # the first releases' spelling of --json FILE
+        if json_out is not None:
+            raise UsageError("Give the report's file once: --json FILE (--output is its old spelling).")
+        deprecated("quantize-report --output/-o FILE", "--json FILE")
+        json_out = output
     if not calib_data:
         raise UsageError("quantize-report needs calibration data: pass --calib-data PATH (.npy, .npz or a folder).")
     ir = from_onnx(model_arg(model, None), parse_shapes(input_shape))

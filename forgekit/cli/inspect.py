@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
-from .app import app, command
-from .options import DynamicOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg, ShapeOpt, fmt_shape, model_arg
+from .app import app, command, old_spellings
+from .options import DynamicOpt, FreezeOpt, InputPathOpt, ModelArg, ShapeOpt, fmt_shape, model_arg
 from .options import parse_dynamic, parse_freeze, parse_shapes, write_json
 
 
-@app.command()
+def json_flag(args: list[str]) -> list[str]:
+    """``--json`` with no value after it is ``--json -`` (standard output).
+
+    ``inspect --json`` was a flag that printed JSON from the first release until ``--json`` took a FILE;
+    scripts that still wrote ``inspect MODEL --json`` or ``--json --check`` then failed with exit 2 (or wrote
+    a file named ``--check``).  A value is a following word that is not an option (``-`` is stdout)."""
+    out = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        if arg == "--json" and (i + 1 == len(args) or (args[i + 1].startswith("-") and args[i + 1] != "-")):
+            out.append("-")
+    return out
+
+
+JsonOpt = Annotated[Optional[str], typer.Option("--json", metavar="[FILE]", help="Also write the result as JSON to "
+                                                "FILE; without FILE (or '-'): to standard output only.")]
+
+
+@app.command(cls=old_spellings(json_flag))
 @command
 def inspect(
     model: ModelArg = None,
@@ -28,6 +46,8 @@ def inspect(
     """Show a model's inputs, outputs, operators, hash and fingerprint."""
     from ..model import from_onnx
 
+    if json_out is not None and model is None and input_path is None:
+        model, json_out = json_out, "-"  # the old flag before the model: `inspect --json MODEL [--check]`
     path = model_arg(model, input_path)
     if check:
         _check(path, parse_shapes(input_shape), parse_freeze(freeze), json_out)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from .app import app, command
+from .app import app, command, deprecated, old_spellings
 from .options import ForceOpt, JsonOpt, write_json
 
 
@@ -44,7 +44,15 @@ def publish(
     write_json(json_out, result.to_dict())
 
 
-@app.command()
+def _verbose_is_strings(args: list[str]) -> list[str]:
+    """``targets --verbose/-v`` showed each tag's string in the first releases, before ``-v`` became the shared
+    "TVM's output" flag (which ``targets``, running no TVM, has no use for): it is ``--strings`` here."""
+    if "-v" in args or "--verbose" in args:
+        deprecated("targets --verbose/-v", "targets --strings")
+    return ["--strings" if arg in ("-v", "--verbose") else arg for arg in args]
+
+
+@app.command(cls=old_spellings(_verbose_is_strings))
 @command
 def targets(
     family: Annotated[Optional[str], typer.Option("--family", metavar="F", help="cuda, x86, arm or android.")] = None,
