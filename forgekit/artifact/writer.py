@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 import json
+import re
 import shutil
 import time
 import uuid as _uuid
@@ -67,12 +68,20 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
     except ForgekitError:
         raise
     except Exception as exc:  # the linker's output is long; its last error line says what broke
-        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-        detail = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+        detail = link_error_line(str(exc))
         if "No space left on device" in str(exc):
             raise OutputWriteError(f"Linking {LIBRARY_FILE} failed: No space left on device. Nothing was written; "
                                    "free some space.") from exc
         raise CompileError(f"Linking {LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
+
+
+def link_error_line(output: str) -> str:
+    """The line of a failed compile or link that says what broke: the last diagnostic (``error:``), not clang's
+    closing count ("1 error generated.", which was all an Android link that missed a header said)."""
+    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() and not re.fullmatch(r"\s*\d+ errors? generated\.\s*", ln)]
+    return (next((ln for ln in reversed(errors) if "error:" in ln), errors[-1] if errors else
+                 lines[-1] if lines else "")).strip()
 
 
 def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]], spec: TargetSpec,

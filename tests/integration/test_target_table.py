@@ -102,3 +102,22 @@ def test_android_builds_with_the_ndk(tag, model_path, tmp_path) -> None:
     linker = json.loads((result.path / "metadata.json").read_text())["build"]["toolchain"]["linker"]
     assert "ndk" in linker.lower() or "android" in linker.lower(), linker
     assert b"__tvm_ffi_forgekit_weight" in (result.path / "model_library.so").read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="needs clang (./dev.sh test installs it)")
+def test_a_failed_link_says_what_the_compiler_said_not_its_error_count(tmp_path) -> None:
+    """The one line of a failed link is the compiler's diagnostic: the Android failure above said only
+    "1 error generated.", clang's closing count, after the line naming the missing header."""
+    import subprocess
+
+    from forgekit.artifact.writer import link_error_line
+
+    source = tmp_path / "hosted.c"
+    source.write_text("#include <stdint.h>\nuint32_t f(void) { return 0; }\n")
+    clang = subprocess.run(["clang", "--target=aarch64-linux-android21", "-c", str(source), "-o",
+                            str(tmp_path / "hosted.o")], capture_output=True, text=True)
+    if clang.returncode == 0:
+        pytest.skip("this clang has an Android sysroot: nothing fails")
+    assert clang.stderr.strip().endswith("1 error generated."), clang.stderr
+    line = link_error_line(f"Compilation error:\n{clang.stderr}")
+    assert "fatal error:" in line and "file not found" in line, line
