@@ -79,7 +79,8 @@ def test_every_earlier_option_spelling_is_still_taken(verb: str) -> None:
 
 @pytest.mark.parametrize("args", [["MODEL", "--json"], ["--json", "MODEL"], ["MODEL", "--json", "--check"],
                                   ["--json", "MODEL", "--check"], ["MODEL", "--check", "--json"],
-                                  ["MODEL", "--json", "-"]])
+                                  ["MODEL", "--json", "-"],
+                                  ["MODEL", "--check", "--json", "--input-shape", "input=2x3x16x16"]])  # docs/importing.md
 def test_inspect_json_as_the_first_releases_wrote_it_prints_json(convnet_path, args: list[str]) -> None:
     proc = run_cli("inspect", *[str(convnet_path) if a == "MODEL" else a for a in args])
     assert proc.returncode == 0, proc.stderr
