@@ -141,6 +141,11 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
         data = {"operators": model.operators, "passes": report.passes, "seconds": report.seconds,
                 "peak_rss_mb": round(peak_rss_mb(), 1),
                 "schedule_rules": report.schedule_rules, "kernel_flops": report.kernel_flops, "tuning": report.tuning}
+        # a portable build's rules and FLOPs per level ({level: {"schedule_rules", "kernel_flops"}}): the profile
+        # of a CPU that loads another level than the first finds its kernels there (BuildReport.levels, once
+        # build.py records it: issue 38.11)
+        if getattr(report, "levels", None):
+            data["levels"] = report.levels
         (tmp / REPORT_FILE).write_text(json.dumps(data, indent=2) + "\n")
     written = json.loads((tmp / METADATA_FILE).read_text())
     return CompileResult(final, final / LIBRARY_FILE, written, dict(report.schedule_rules or {}))

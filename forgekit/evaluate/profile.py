@@ -59,7 +59,7 @@ def profile_engine(engine: Any, inputs: Sequence[Any], runs: int = 10, warmup: i
             engine.infer(*inputs)
     finally:
         engine.set_instrument(None)
-    flops, rules = _compile_report(report_dir)
+    flops, rules = _compile_report(report_dir, getattr(engine, "level", None))
     whole = sum(totals.values()) or 1.0
     rows = []
     for name, seconds in totals.items():
@@ -70,7 +70,10 @@ def profile_engine(engine: Any, inputs: Sequence[Any], runs: int = 10, warmup: i
     return sorted(rows, key=lambda r: -r.ms)
 
 
-def _compile_report(directory: str | Path | None) -> tuple[dict[str, float], dict[str, str]]:
+def _compile_report(directory: str | Path | None, level: str | None = None) -> tuple[dict[str, float], dict[str, str]]:
+    """Kernel -> FLOPs per call and kernel -> schedule rule, from the compile report: of ``level`` (the one a
+    portable artifact loaded here) where the report lists levels apart (``levels``), else its top level (the
+    first, best level)."""
     path = Path(directory) / REPORT_FILE if directory is not None else None
     if path is None or not path.is_file():
         return {}, {}
@@ -78,6 +81,9 @@ def _compile_report(directory: str | Path | None) -> tuple[dict[str, float], dic
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}, {}
+    # the levels are different kernels: an int8 model's VNNI level runs fused_conv2d_int8_* kernels, its
+    # x86-64-v3 level fused_conv2d_* ones, which the first level's entries leave blank
+    data = (data.get("levels") or {}).get(level) or data if level else data
     return dict(data.get("kernel_flops") or {}), dict(data.get("schedule_rules") or {})
 
 

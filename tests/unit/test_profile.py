@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import make_convnet, run_cli
 
 import forgekit
 from forgekit.evaluate.bench import benchmark_artifact
@@ -47,3 +47,24 @@ def test_bench_profile_in_the_library_and_the_cli(reported: Path) -> None:
     proc = run_cli("bench", str(reported), "--profile", "--no-memory", "-n", "3", "--threads", "1")
     assert proc.returncode == 0, proc.stderr
     assert "kernels (instrumented runs, per inference):" in proc.stdout and "fused_conv2d" in proc.stdout
+
+
+@pytest.mark.xfail(strict=True, reason="issue 38.11: needs build.py to record each level's schedule rules and "
+                   "kernel FLOPs (BuildReport.levels); the profile and compile_report.json read them")
+def test_a_portable_int8_artifact_profiles_the_level_this_cpu_loads(tmp_path, monkeypatch) -> None:
+    """The compile report held the first level's kernels only (x86-64-v4-vnni: fused_conv2d_int8_*): a CPU
+    without VNNI runs x86-64-v3's fused_conv2d_* kernels, and bench --profile left their GFLOP/s and rule
+    blank."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ir = forgekit.from_onnx(make_convnet(), {"input": [1, 3, 16, 16]})
+    ir.calibrate([rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)])
+    ir.quantize()
+    ir.compile(output_path=tmp_path / "a", export_metadata=True)
+    monkeypatch.setenv("FORGEKIT_LEVEL", "x86-64-v3")
+    engine = Engine(tmp_path / "a")
+    rows = profile_engine(engine, engine.example_inputs(), runs=2, report_dir=tmp_path / "a")
+    convs = [r for r in rows if r.name.startswith("fused_conv2d")]
+    assert engine.level == "x86-64-v3" and convs
+    assert all(r.rule and r.gflops for r in convs), [(r.name, r.rule, r.gflops) for r in convs]
