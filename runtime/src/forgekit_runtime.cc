@@ -4,6 +4,8 @@
 #include "../include/forgekit_runtime.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,6 +117,32 @@ std::string FdPath(int fd) {
 
 }  // namespace
 
+// A sealed anonymous memory file holding a copy of the file at `path` (caller closes it).
+int CopyToMemfd(const std::string& path) {
+  int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) throw Failure(FK_ERR_ARTIFACT, "Cannot read '" + path + "': check its permissions.");
+  int fd = memfd_create("forgekit-model", MFD_CLOEXEC);
+  char block[1 << 16];
+  ssize_t got = 0;
+  while (fd >= 0 && (got = read(in, block, sizeof block)) > 0) {
+    for (ssize_t done = 0; done < got;) {
+      ssize_t wrote = write(fd, block + done, static_cast<size_t>(got - done));
+      if (wrote <= 0) {
+        got = -1;
+        break;
+      }
+      done += wrote;
+    }
+    if (got < 0) break;
+  }
+  close(in);
+  if (fd < 0 || got < 0) {
+    if (fd >= 0) close(fd);
+    throw Failure(FK_ERR_ARTIFACT, "Cannot copy '" + path + "' into memory to load it again.");
+  }
+  return fd;
+}
+
 // glibc's dlopen also returns the object loaded before under the same path when the file there was replaced
 // since (an artifact recompiled in place): each file identity (device, inode, size, mtime) seen at a path gets
 // its own spelling, "dir/./name", "dir/././name"... (a portable level still finds its weights next to it).
@@ -133,10 +161,8 @@ std::string LoadPath(const std::string& library) {
   auto found = seen.find(id);
   if (found != seen.end()) return found->second;
   for (const auto& entry : seen) {
-    if (entry.first[0] == id[0] && entry.first[1] == id[1]) {  // same inode, other bytes: dlopen gives the old code
-      throw Failure(FK_ERR_ARTIFACT, "'" + library + "' was overwritten in place after this process loaded it: write "
-                                     "the new file beside it and rename it over the old one, or restart the process.");
-    }
+    // the same inode with other bytes (cp onto it): dlopen would hand back the old code under any name
+    if (entry.first[0] == id[0] && entry.first[1] == id[1]) return "";
   }
   size_t slash = real.find_last_of('/');
   std::string dots;
@@ -249,11 +275,15 @@ void Open(const std::string& path, const char* key_file, const char* password, f
   } else {
     // what compile wrote, byte for byte (an encrypted library is authenticated chunk by chunk as it decrypts)
     CheckDigests(m->meta, library, !m->level.empty());
+    std::string load_path = LoadPath(library);
+    int fd = load_path.empty() ? CopyToMemfd(library) : -1;  // overwritten in place: its bytes from memory
     try {
-      m->library = LoadLibrary(LoadPath(library));
+      m->library = LoadLibrary(fd >= 0 ? FdPath(fd) : load_path);
     } catch (const tvm::ffi::Error& e) {
+      if (fd >= 0) close(fd);
       throw Failure(FK_ERR_ARTIFACT, "Cannot load '" + library + "': " + FirstLine(e.message()));
     }
+    if (fd >= 0) close(fd);
   }
   if (!m->level.empty()) {
     // a portable artifact's levels may share their weights in one file next to them: mapped and checked now,

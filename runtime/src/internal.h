@@ -55,8 +55,10 @@ void CheckSize(const Metadata& meta, const std::string& library);
 // metadata.json records: forgekit.runtime.integrity.  Needs libcrypto; a runtime built without it skips the check.
 void CheckDigests(const Metadata& meta, const std::string& library, bool shared_weights);
 // The path to dlopen `library` with: another spelling once the file at that path was replaced, so glibc does
-// not hand back the code loaded from the old file (forgekit.runtime.integrity.load_path).
+// not hand back the code loaded from the old file (forgekit.runtime.integrity.load_path); "" when the file was
+// overwritten in place (same inode) since: then load a copy from memory (CopyToMemfd).
 std::string LoadPath(const std::string& library);
+int CopyToMemfd(const std::string& path);
 
 // The SHA-256 of a file as lowercase hex; "" when this runtime was built without libcrypto.
 std::string Sha256File(const std::string& path);

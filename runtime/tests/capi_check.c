@@ -6,6 +6,8 @@
  *   input|output <i> <name> <dtype> <layout> shape=<d,..> names=<sym|-,..> min=<..> max=<..> step=<..>
  *   status <what> <code> <message>   (bad-index, no-run, not-set, dtype, run, reopen)
  *   result <i> <dtype> shape=<d,..> nbytes=<n> sum=<sum of the float32 values>
+ * With FK_CHECK_RELOAD set it then prints "ready", keeps a handle open, waits for a line on stdin (the test
+ * replaces the artifact meanwhile), opens the same path again and prints "reload <code> sum=<first output's sum>".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,16 @@ static size_t item_size(const char* dtype) {
 }
 
 /* Set every input to zeros (dynamic dims at their smallest served size) and run. */
+static double first_sum(fk_model* model) {
+  fk_tensor out;
+  double sum = 0;
+  size_t k;
+  if (fk_get_output(model, 0, &out) == FK_OK && strcmp(out.dtype, "float32") == 0) {
+    for (k = 0; k < out.nbytes / 4; ++k) sum += ((const float*)out.data)[k];
+  }
+  return sum;
+}
+
 static int run_zeros(fk_model* model) {
   fk_tensor_info info;
   int i, status;
@@ -120,8 +132,20 @@ int main(int argc, char** argv) {
     }
     for (i = 0; i < 2 && status == FK_OK; ++i) status = run_zeros(pair[i]);
     printf("status reopen %d %s\n", status, fk_last_error());
-    fk_close(pair[0]);
     fk_close(pair[1]);
+    if (status == FK_OK && getenv("FK_CHECK_RELOAD")) {  /* pair[0] stays open: its library stays loaded */
+      char line[16];
+      printf("ready\n");
+      fflush(stdout);
+      if (fgets(line, sizeof line, stdin)) {
+        status = fk_open(argv[1], NULL, NULL, &model, errbuf, sizeof errbuf);
+        if (status == FK_OK) status = run_zeros(model);
+        printf("reload %d sum=%g\n", status, status == FK_OK ? first_sum(model) : 0.0);
+        fflush(stdout);
+        if (status == FK_OK) fk_close(model);
+      }
+    }
+    fk_close(pair[0]);
   }
   return status;
 }

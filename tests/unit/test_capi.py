@@ -327,3 +327,38 @@ def test_an_index_out_of_range_is_exit_9(capi, tmp_path) -> None:
         assert done.returncode == 9, done.stderr
         assert done.stderr.count("\n") == 1 and "Index out of range" in done.stderr and "'ids'" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_replaced_artifact_is_loaded_anew(capi, tmp_path) -> None:
+    """fk_open of an artifact recompiled at the same path while a handle on the old one is open: the new library
+    (dlopen returned the old one for the same path string), also after `cp` onto the loaded file (same inode)."""
+    import forgekit
+
+    def add_model(value: float) -> onnx.ModelProto:
+        w = numpy_helper.from_array(np.full((4, 4), value, np.float32), "w")
+        graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "add",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], [w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return model
+
+    out = tmp_path / "out"
+    forgekit.from_onnx(add_model(2.0)).compile(target="host", output_path=out)
+    for value, (name, replace) in zip((3.0, 5.0), [("recompiled", None), ("copied", "cp")]):
+        forgekit.from_onnx(add_model(value)).compile(target="host", output_path=tmp_path / name)
+        program = build_program(SOURCE_DIR / "tests" / "capi_check.c", capi)
+        proc = subprocess.Popen([str(program), str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "FK_CHECK_RELOAD": "1"})
+        while proc.stdout.readline().strip() != "ready":
+            pass
+        if replace:  # the same inode, new bytes (rewritten without truncating: the open handle maps the file)
+            for file in ("model_library.so", "metadata.json"):
+                with open(out / file, "r+b") as handle:
+                    handle.write((tmp_path / name / file).read_bytes())
+                    handle.truncate()
+        else:
+            shutil.rmtree(out)
+            shutil.copytree(tmp_path / name, out)
+        rest, _ = proc.communicate("go\n", timeout=60)
+        assert f"reload 0 sum={16 * value:g}" in rest, (rest, proc.returncode)
