@@ -121,3 +121,40 @@ def test_a_failed_link_says_what_the_compiler_said_not_its_error_count(tmp_path)
     assert clang.stderr.strip().endswith("1 error generated."), clang.stderr
     line = link_error_line(f"Compilation error:\n{clang.stderr}")
     assert "fatal error:" in line and "file not found" in line, line
+
+
+#: each family's C compiler as forgekit drives it (GCC families compile the generated .c as C++)
+FAMILY_COMPILERS = {"x86-64": ["g++"], "aarch64 Linux": ["aarch64-linux-gnu-g++"],
+                    "armhf Linux": ["arm-linux-gnueabihf-g++"],
+                    "Android arm64": ["clang", "--target=aarch64-linux-android21"],
+                    "Android armv7": ["clang", "--target=armv7a-linux-androideabi21"]}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_COMPILERS))
+def test_the_generated_c_compiles_freestanding_for_every_family(family, tmp_path) -> None:
+    """All the C forgekit writes into a library (the weights' server with the shared-weights prelude, which
+    maps a file) compiles with no C library headers: Debian's clang has none for Android (no NDK), and a
+    portable target of any family may one day share its levels' weights.  -Wall -Wextra: nothing to say."""
+    import subprocess
+
+    import numpy as np
+    import tvm_ffi
+
+    from forgekit.backends.cpu import shared_weights
+    from forgekit.backends.cpu.weights import SOURCE_FLAGS, WeightStore
+
+    compiler = FAMILY_COMPILERS[family]
+    if shutil.which(compiler[0]) is None:
+        pytest.skip(f"needs {compiler[0]} (./dev.sh test installs it)")
+    common, own = np.arange(2048, dtype=np.float32), np.ones(1500, dtype=np.float32)
+    stores = [WeightStore(), WeightStore()]
+    stores[0].arrays += [common, own]
+    stores[1].arrays.append(common)
+    shared = shared_weights.build(stores)
+    assert shared is not None
+    source = stores[0].sources(tmp_path, "aarch64", shared)[0]
+    assert "fk_shared_fail" in Path(source).read_text()  # the prelude is in it
+    include = Path(tvm_ffi.__file__).parent / "include"
+    done = subprocess.run([*compiler, *SOURCE_FLAGS, "-Wall", "-Wextra", "-fPIC", f"-I{include}", "-c", source,
+                           "-o", str(tmp_path / "weights.o")], capture_output=True, text=True)
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr

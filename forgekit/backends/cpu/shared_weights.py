@@ -128,19 +128,38 @@ def build(stores: list[Any]) -> SharedWeights | None:
 
 
 _C_PRELUDE = r"""/* Weights shared by the levels of a portable artifact (forgekit/backends/cpu/shared_weights.py): mapped
-   from the file next to this library on first use, after its header matched the one below. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+   from the file next to this library on first use, after its header matched the one below.
+
+   Compiled freestanding like the rest of this file (weights.SOURCE_FLAGS): a target family's C library
+   headers may be absent (Android linked by Debian's clang has none), so the six C library calls are
+   declared here rather than included, with Linux's constants, which are the same on every architecture
+   forgekit targets (x86-64, AArch64, ARMv7; glibc and Bionic alike); off_t is `long` there (no
+   _FILE_OFFSET_BITS). */
 #include <tvm/ffi/c_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef struct {
+  const char* dli_fname;
+  void* dli_fbase;
+  const char* dli_sname;
+  void* dli_saddr;
+} fk_dl_info; /* Dl_info, <dlfcn.h> */
+int dladdr(const void* address, fk_dl_info* info);
+int open(const char* path, int flags, ...);
+int close(int fd);
+long lseek(int fd, long offset, int whence);
+void* mmap(void* address, size_t length, int protection, int flags, int fd, long offset);
+int munmap(void* address, size_t length);
+#ifdef __cplusplus
+}
+#endif
+#define FK_O_RDONLY_CLOEXEC 02000000 /* O_RDONLY (0) | O_CLOEXEC */
+#define FK_PROT_READ 1
+#define FK_MAP_SHARED 1
+#define FK_SEEK_END 2
+#define FK_MAP_FAILED ((void*)-1)
 
 #define FK_SHARED 1
 static const char fk_shared_file[] = "@FILE@";
@@ -148,11 +167,22 @@ static const unsigned char fk_shared_header[64] = {@HEADER@};
 static const uint64_t fk_shared_bytes = @BYTES@ULL;
 static const char* fk_shared_map = NULL;
 
+/* `text` appended at `at`, never past `end` (which stays writable for the terminating NUL) */
+static char* fk_append(char* at, char* end, const char* text) {
+  while (*text != '\0' && at < end) *at++ = *text++;
+  return at;
+}
+
 static const char* fk_shared_fail(const char* what, const char* path) {
   char message[4608];
-  snprintf(message, sizeof message, "forgekit_weight: %s %s: the instruction-set levels of this portable "
-           "artifact share their weights in that file; keep it next to the model libraries (copy the whole "
-           "artifact directory)", what, path);
+  char* end = message + sizeof message - 1;
+  char* at = fk_append(message, end, "forgekit_weight: ");
+  at = fk_append(at, end, what);
+  at = fk_append(at, end, " ");
+  at = fk_append(at, end, path);
+  at = fk_append(at, end, ": the instruction-set levels of this portable artifact share their weights in that "
+                 "file; keep it next to the model libraries (copy the whole artifact directory)");
+  *at = '\0';
   TVMFFIErrorSetRaisedFromCStr("RuntimeError", message);
   return NULL;
 }
@@ -160,29 +190,32 @@ static const char* fk_shared_fail(const char* what, const char* path) {
 static const char* fk_shared(void) {
   const char* map = __atomic_load_n(&fk_shared_map, __ATOMIC_ACQUIRE);
   if (map != NULL) return map + 64;
-  Dl_info info;
+  fk_dl_info info;
   char path[4096];
   if (dladdr((const void*)fk_shared_header, &info) == 0 || info.dli_fname == NULL) {
     return fk_shared_fail("cannot locate the model library to find", fk_shared_file);
   }
-  const char* slash = strrchr(info.dli_fname, '/');
-  size_t dir = slash != NULL ? (size_t)(slash - info.dli_fname) + 1 : 0;
+  size_t dir = 0;
+  for (size_t i = 0; info.dli_fname[i] != '\0'; ++i) {
+    if (info.dli_fname[i] == '/') dir = i + 1;
+  }
   if (dir + sizeof fk_shared_file > sizeof path) return fk_shared_fail("path too long for", fk_shared_file);
-  memcpy(path, info.dli_fname, dir);
-  memcpy(path + dir, fk_shared_file, sizeof fk_shared_file);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  for (size_t i = 0; i < dir; ++i) path[i] = info.dli_fname[i];
+  for (size_t i = 0; i < sizeof fk_shared_file; ++i) path[dir + i] = fk_shared_file[i];
+  int fd = open(path, FK_O_RDONLY_CLOEXEC);
   if (fd < 0) return fk_shared_fail("cannot open", path);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != fk_shared_bytes) {
+  if (lseek(fd, 0, FK_SEEK_END) != (long)fk_shared_bytes) {
     close(fd);
     return fk_shared_fail("wrong size: another build's or a damaged", path);
   }
-  void* mapped = mmap(NULL, (size_t)fk_shared_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  void* mapped = mmap(NULL, (size_t)fk_shared_bytes, FK_PROT_READ, FK_MAP_SHARED, fd, 0);
   close(fd);
-  if (mapped == MAP_FAILED) return fk_shared_fail("cannot map", path);
-  if (memcmp(mapped, fk_shared_header, sizeof fk_shared_header) != 0) {
-    munmap(mapped, (size_t)fk_shared_bytes);
-    return fk_shared_fail("header mismatch: another build's", path);
+  if (mapped == FK_MAP_FAILED) return fk_shared_fail("cannot map", path);
+  for (size_t i = 0; i < sizeof fk_shared_header; ++i) {
+    if (((const unsigned char*)mapped)[i] != fk_shared_header[i]) {
+      munmap(mapped, (size_t)fk_shared_bytes);
+      return fk_shared_fail("header mismatch: another build's", path);
+    }
   }
   const char* expected = NULL;
   if (!__atomic_compare_exchange_n(&fk_shared_map, &expected, (const char*)mapped, 0, __ATOMIC_ACQ_REL,

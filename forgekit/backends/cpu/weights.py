@@ -145,9 +145,9 @@ def _lifter_class() -> type:
 #: ``<stdint.h>``/``<stddef.h>``), and a freestanding compile takes them from the compiler's own headers.  A
 #: hosted compile goes on to the C library's: Android linked by Debian's clang without the NDK has none
 #: (clang's ``stdint.h`` reached glibc's ``/usr/include/stdint.h``, then failed on
-#: ``bits/libc-header-start.h``: every android/ model with weights failed to link, exit 6).  Only the shared
-#: weights' prelude (:mod:`.shared_weights`) needs the OS's headers, and only portable Linux targets, linked
-#: by GCC with its sysroot, use it.
+#: ``bits/libc-header-start.h``: every android/ model with weights failed to link, exit 6).  The shared
+#: weights' prelude (:mod:`.shared_weights`) declares the few C library calls it makes instead of including
+#: their headers, so it too compiles for any family.
 SOURCE_FLAGS = ("-ffreestanding", "-O2")
 
 
