@@ -14,9 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..artifact.layout import LIBRARY_FILE, METADATA_FILE, library_files, read_metadata
+from ..artifact.layout import LIBRARY_FILE, METADATA_FILE, library_digests, library_files, read_metadata
 from ..errors import ForgekitError, VerificationError
 from ..log import last_line
+from ..runtime.integrity import check_digest
 
 
 def stage_artifact(library: Path, meta_path: Path | None, dest: Path, key_path: str | None,
@@ -33,6 +34,9 @@ def stage_artifact(library: Path, meta_path: Path | None, dest: Path, key_path: 
     names = library_files(meta) if library.name == LIBRARY_FILE else [LIBRARY_FILE]
     sources = [library if name == LIBRARY_FILE else library.parent / name for name in names]
     if not crypto.is_encrypted(library):
+        # the user's files checked, so a damaged one is named as it is, not as its staged copy
+        for source in sources:
+            check_digest(source, library_digests(meta).get(source.name))
         for name, source in zip(names, sources):
             shutil.copy2(source, dest / name)
         return dest

@@ -53,6 +53,18 @@ def test_flipped_byte_refused_at_load(artifact, tmp_path) -> None:
     assert done.returncode == 7 and "does not match the sha256" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_verify_refuses_a_flipped_byte_naming_the_users_file(artifact, tmp_path) -> None:
+    """verify passed a corrupted library (it ran); now exit 7 naming the file as the user has it, not the staged
+    copy verify runs."""
+    copy = shutil.copytree(artifact, tmp_path / "copy")
+    onnx.save(scale_model(2.0), tmp_path / "m.onnx")
+    flip_byte(copy / "model_library.so")
+    done = subprocess.run([sys.executable, "-m", "forgekit", "verify", str(copy), "--onnx", str(tmp_path / "m.onnx")],
+                          capture_output=True, text=True)
+    assert done.returncode == 7 and f"'{copy / 'model_library.so'}' does not match the sha256" in done.stderr, \
+        done.stderr
+
+
 def test_portable_levels_and_shared_weights_checked(tmp_path) -> None:
     out = tmp_path / "portable"
     forge.from_onnx(scale_model(2.0)).compile(output_path=out)  # x86-64: levels sharing a weights file
