@@ -39,6 +39,7 @@ def bench(
     peer: Annotated[Optional[list[str]], typer.Option("--peer", metavar="RUNTIME", help="Also time another "
                                                       "runtime on --onnx: openvino (f32 and its default "
                                                       "precision). Repeatable.")] = None,
+    inputs: InputOpt = None,
     json_out: JsonOpt = None,
     markdown_out: Annotated[Optional[str], typer.Option("--markdown", metavar="FILE",
                                                         help="Also write a markdown table.")] = None,
@@ -49,12 +50,14 @@ def bench(
     """Time an artifact (latency, throughput, peak memory) against onnxruntime on the same model.
 
     With --rpc-tracker/--rpc-key (or --rpc-host) it runs on a board through TVM's RPC and its outputs are
-    compared with onnxruntime on this machine.  Exit 13 when the outputs differ from onnxruntime's."""
+    compared with onnxruntime on this machine.  On --input files, or on seeded random inputs within the values
+    the artifact records.  Exit 13 when the outputs differ from onnxruntime's."""
     from ..evaluate.bench import benchmark_artifact, markdown_table
 
     result = benchmark_artifact(artifact, optional_model(onnx_model), runs=runs, warmup=warmup, threads=threads,
                                 memory=not no_memory, key_path=key, password=password_if_encrypted(artifact, password_file),
-                                rpc=rpc, peers=peer or (), profile=profile)
+                                rpc=rpc, peers=peer or (), profile=profile,
+                                inputs=read_input_files(inputs) if inputs else None)
     fk, ort = result.forgekit, result.onnxruntime
     if "rpc" in result.extra:
         rpc = result.extra["rpc"]

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..artifact.layout import device_of, read_metadata, resolve
 from ..errors import ArtifactError, ForgekitError, UsageError
@@ -100,7 +100,8 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                        key_path: str | None = None, password: str | None = None,
                        rtol: float = 1e-3, atol: float = 1e-4, rpc_tracker: str | None = None,
                        rpc_key: str | None = None, rpc_host: str | None = None, rpc: Any = None,
-                       peers: Sequence[str] = (), profile: bool = False) -> BenchResult:
+                       peers: Sequence[str] = (), profile: bool = False,
+                       inputs: Mapping[str, Any] | Sequence[Any] | None = None) -> BenchResult:
     """Time ``artifact`` (and ``onnx_model`` under onnxruntime, same threads, same inputs, same run).
 
     Parameters
@@ -129,8 +130,12 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
     profile:
         Also time every kernel in a separate worker (:mod:`forgekit.evaluate.profile`): ``extra["profile"]``
         lists them, heaviest first, with their share of the time and GFLOP/s.
+    inputs:
+        The arrays to time and compare on (by name, or a list in input order); by default seeded random ones
+        within the values the artifact records (an index's table, an int8 model's calibration range).
     """
     from ..devices.rpc import RpcConfig
+    from ..runtime.inputs import user_inputs
 
     if runs <= 0 or warmup < 0:
         raise UsageError(f"runs must be positive and warmup not negative (got runs={runs}, warmup={warmup}).")
@@ -152,9 +157,11 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
 
         load_onnx(onnx_model)  # one-line error for a missing or broken model, before any worker starts
         onnx_model = str(Path(onnx_model).absolute())
+    model = meta.get("model", {})
+    given = None if inputs is None else user_inputs(model.get("inputs", []), inputs, model.get("dynamic"))
     if remote is not None:
         return benchmark_remote(artifact, remote, onnx_model, runs=runs, warmup=warmup, key_path=key_path,
-                                password=password, rtol=rtol, atol=atol)
+                                password=password, rtol=rtol, atol=atol, inputs=given)
     if threads is None:
         threads = int(build.get("target", {}).get("num-cores") or len(os.sched_getaffinity(0)))
     with tempfile.TemporaryDirectory(prefix="forgekit-bench-") as tmp:
@@ -164,6 +171,11 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
                "bf16": meta.get("model", {}).get("precision") == "bfloat16",
                "inputs_npz": str(Path(tmp) / "inputs.npz"), "peers": peers,
                "frozen": meta.get("model", {}).get("frozen")}
+        if given is not None:
+            import numpy as np
+
+            np.savez(Path(tmp) / "given.npz", *given)
+            job["given_npz"] = str(Path(tmp) / "given.npz")
         data = _spawn(job, threads, password)
         timings = data["timings"]
         kernels = _spawn({**job, "mode": "profile"}, threads, password)["kernels"] if profile else None
@@ -194,7 +206,7 @@ def benchmark_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.Pa
 
 def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: str | None = None, *, runs: int = 20,
                      warmup: int = 3, key_path: str | None = None, password: str | None = None, rtol: float = 1e-3,
-                     atol: float = 1e-4) -> BenchResult:
+                     atol: float = 1e-4, inputs: Sequence[Any] | None = None) -> BenchResult:
     """Time ``artifact`` on the RPC device of ``config`` (a :class:`forgekit.devices.rpc.RpcConfig`); onnxruntime
     here only provides the reference outputs (its speed on this machine says nothing about the board)."""
     from ..devices.rpc_device import RpcDevice
@@ -213,7 +225,8 @@ def benchmark_remote(artifact: str | os.PathLike[str], config: Any, onnx_model: 
     if device_of(meta) != {"os": "linux", "kind": "cpu"}:
         raise RPCError(f"'{artifact}' is a {build.get('family')} artifact: forgekit benches CPU Linux artifacts "
                        "over RPC.")
-    inputs = example_inputs(model.get("inputs", []), random=True, seed=0, ranges=model.get("dynamic"))
+    if inputs is None:
+        inputs = example_inputs(model.get("inputs", []), random=True, seed=0, ranges=model.get("dynamic"))
     expected = None
     if onnx_model:
         sess = reference.session(onnx_model)

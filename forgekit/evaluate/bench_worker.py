@@ -33,12 +33,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     engine = session = None
     if mode in ("time", "rss:forgekit", "profile"):
         engine = Engine(job["artifact"], key_path=job.get("key_path"))
-        arrays = engine.example_inputs(random=True, seed=0)
+        # the caller's --input arrays (checked by bench.py), else seeded ones within the artifact's values
+        arrays = _load(job["given_npz"]) if job.get("given_npz") else engine.example_inputs(random=True, seed=0)
     if job.get("onnx") and mode in ("time", "rss:onnxruntime"):
         session = reference.session(job["onnx"], job["threads"], exact=False)  # as people run it
     if mode in ("rss:onnxruntime", "rss:peer"):  # the inputs the timing worker saved
-        with np.load(job["inputs_npz"]) as saved:
-            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        arrays = _load(job["inputs_npz"])
     if mode == "rss:onnxruntime":
         feeds = reference.feeds(session, job["names"], arrays, frozen=job.get("frozen"))
         for _ in range(3):
@@ -47,7 +47,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if mode == "rss:peer":  # one peer runtime (one precision) alone in this process
         from . import peers
 
-        for run in peers.prepare(job["peer"], job["onnx"], job["threads"], arrays, label=job["label"]):
+        onnx_order = _load(_model_inputs(job))  # frozen inputs included: peers run the ONNX model
+        for run in peers.prepare(job["peer"], job["onnx"], job["threads"], onnx_order, label=job["label"]):
             for _ in range(3):
                 run.call()
         return {"peak_rss_mb": peak_rss_mb()}
@@ -68,6 +69,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"names": engine.input_names, "level": engine.level}
     if session is not None:
         feeds = reference.feeds(session, engine.input_names, arrays, f"'{job['onnx']}'", job.get("frozen"))
+        np.savez(_model_inputs(job), *feeds.values())  # in the model's order: the peers' memory probes
         fns["onnxruntime"] = lambda: session.run(None, feeds)
         expected = reference.run(reference.session(job["onnx"], job["threads"]), feeds)  # exact int8
         ours = engine.infer(*arrays)
@@ -96,7 +98,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
         result["peers"] = {}
         for peer in job.get("peers") or []:  # timed in the same alternating blocks as forgekit and onnxruntime
-            for run in peers.prepare(peer, job["onnx"], job["threads"], arrays):
+            for run in peers.prepare(peer, job["onnx"], job["threads"], list(feeds.values())):
                 fns[run.label] = run.call
                 # a peer running bf16/f16 is judged as forgekit's bf16 artifacts are: by cosine
                 reduced = MIN_COSINE.get({"bf16": "bfloat16", "f16": "float16"}.get(run.precision, ""))
@@ -116,6 +118,19 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 samples[key].append((time.perf_counter() - start) * 1e3)
     result["timings"] = {k: latency_stats(v) for k, v in samples.items()}
     return result
+
+
+def _model_inputs(job: dict[str, Any]) -> str:
+    """Where the timing worker saves the ONNX model's feeds (the artifact's inputs and any frozen ones)."""
+    return str(Path(job["inputs_npz"]).with_name("model_inputs.npz"))
+
+
+def _load(npz: str) -> list[Any]:
+    """The arrays ``numpy.savez(npz, *arrays)`` saved, in order."""
+    import numpy as np
+
+    with np.load(npz) as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
 def main(job_path: str, out_path: str) -> None:

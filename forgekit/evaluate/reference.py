@@ -72,6 +72,7 @@ def feeds(sess: Any, names: Sequence[str], arrays: Sequence[np.ndarray], model: 
                 "metadata.json's record of frozen values)" if missing and set(names) < set(ort_names) else "")
         raise InputError(f"{model} has inputs {ort_names} but the artifact has {list(names)}: give the model the "
                          f"artifact was compiled from{hint}.")
+    chosen = {name: chosen[name] for name in ort_names}  # the model's order (peers take them by position)
     for spec in ort_inputs:  # same rank and static dims, or it is another model
         array = np.asarray(chosen[spec.name])
         dims = spec.shape or []

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..artifact.layout import read_metadata, resolve
 from ..errors import ArtifactError, NotAvailableError, VerificationError
-from ..runtime.inputs import arrange_inputs, check_indices, check_inputs, example_inputs
+from ..runtime.inputs import example_inputs, user_inputs
 from . import bf16_reference, reference
 from .compare import ATOL, RTOL, OutputComparison, compare, min_cosine_for
 
@@ -105,11 +105,8 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
     device = device_for(meta, log)
     sess = reference.session(onnx_model)
     names, given = [t["name"] for t in model["inputs"]], inputs is not None
-    if inputs is None:
-        inputs = example_inputs(model["inputs"], random=True, seed=seed, ranges=model.get("dynamic"))
-    else:
-        inputs = check_inputs(model["inputs"], arrange_inputs(names, inputs), model.get("dynamic"))
-        check_indices(model["inputs"], inputs)
+    inputs = (user_inputs(model["inputs"], inputs, model.get("dynamic")) if given else
+              example_inputs(model["inputs"], random=True, seed=seed, ranges=model.get("dynamic")))
     fed = reference.feeds(sess, names, inputs, f"'{onnx_model}'", model.get("frozen"))
     expected = reference.run(sess, fed, f"'{onnx_model}'")
     result = VerifyResult(str(artifact), build.get("target_name", ""), build.get("arch", ""), device.name, rtol, atol,

@@ -102,6 +102,16 @@ def arrange_inputs(names: Sequence[str], given: Mapping[str, Any] | Sequence[Any
     return [given[n] for n in names] if names else list(given.values())
 
 
+def user_inputs(specs: Sequence[Mapping[str, Any]], given: Mapping[str, Any] | Sequence[Any],
+                ranges: Mapping[str, Mapping[str, Any]] | None = None) -> list[np.ndarray]:
+    """A caller's inputs (by name, or a list in input order; ``verify``/``bench --input``) in input order,
+    checked against the metadata specs: shapes, dtypes (:func:`check_inputs`) and indices inside their
+    tables (:func:`check_indices`)."""
+    arrays = check_inputs(specs, arrange_inputs([s["name"] for s in specs], given), ranges)
+    check_indices(specs, arrays)
+    return arrays
+
+
 def fmt_shape(shape: Sequence[Any]) -> str:
     return "x".join(str(d) for d in shape) or "scalar"
 

@@ -74,6 +74,8 @@ def test_a_cosine_deficit_within_the_references_own_passes() -> None:
     assert not compare("map", noisy, ref, min_cosine=0.999, cosine_noise=(1 - cos) / 5).ok
     wrong = compare("map", np.roll(ref, 7), ref, min_cosine=0.999, cosine_noise=0.0025)
     assert not wrong.ok and "MISMATCH" in wrong.line()
+    # a deficit that prints as 1.000000 is no ill-conditioning to report (a wrong int8 model said it was)
+    assert "ill-conditioned" not in compare("map", np.roll(ref, 7), ref, min_cosine=0.999, cosine_noise=1e-9).line()
     both = compare_outputs([noisy], [ref], 1e-3, 1e-4, 0.999, cosine_noise=[0.0025])
     assert both["outputs_match"] and both["reference_cosine"] == pytest.approx(0.9975)
 

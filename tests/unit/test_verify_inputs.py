@@ -118,8 +118,10 @@ def test_an_artifact_built_with_freeze_is_verified_with_the_frozen_value(tmp_pat
     proc = _verify(tmp_path / "a", tmp_path / "m.onnx")
     assert proc.returncode == 0, proc.stderr
     assert _verify(tmp_path / "a", tmp_path / "wrong.onnx").returncode == 13
-    proc = run_cli("bench", str(tmp_path / "a"), "--onnx", str(tmp_path / "m.onnx"), "-n", "2", "--no-memory")
+    # bench feeds it too, and to OpenVINO, which runs the ONNX model (timed and alone for its memory)
+    proc = run_cli("bench", str(tmp_path / "a"), "--onnx", str(tmp_path / "m.onnx"), "-n", "2", "--peer", "openvino")
     assert proc.returncode == 0 and "outputs       match" in proc.stdout, proc.stderr
+    assert "its outputs match onnxruntime's" in proc.stdout, proc.stdout
 
 
 def _classifier(seed: int = 0) -> onnx.ModelProto:
@@ -171,6 +173,9 @@ def test_an_int8_artifact_is_judged_on_its_calibration_range(tmp_path) -> None:
     np.save(tmp_path / "pic.npy", _pictures(17)[16])
     proc = _verify(tmp_path / "a", tmp_path / "m.onnx", "--input", f"x={tmp_path / 'pic.npy'}")
     assert proc.returncode == 0 and "the --input arrays" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_cli("bench", str(tmp_path / "a"), "--onnx", str(tmp_path / "m.onnx"), "-n", "2", "--no-memory",
+                   "--input", f"x={tmp_path / 'pic.npy'}")
+    assert proc.returncode == 0 and "outputs       match" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_verify_input_takes_the_users_arrays_and_refuses_wrong_ones(tmp_path) -> None:
@@ -186,8 +191,10 @@ def test_verify_input_takes_the_users_arrays_and_refuses_wrong_ones(tmp_path) ->
     proc = _verify(tmp_path / "a", tmp_path / "m.onnx", "--input", f"tokens={tmp_path / 'ids.npy'}")
     assert proc.returncode == 9 and proc.stderr.count("\n") == 1 and "no input named 'tokens'" in proc.stderr
     np.save(tmp_path / "past.npy", np.array([[4, 5, 3, 0, 1, 2]], np.int32))
-    proc = _verify(tmp_path / "a", tmp_path / "m.onnx", "--input", f"ids={tmp_path / 'past.npy'}")
-    assert proc.returncode == 9 and "Input 'ids' holds 5; it indexes a table of 5 rows" in proc.stderr, proc.stderr
+    for verb in ("verify", "bench"):
+        proc = run_cli(verb, str(tmp_path / "a"), "--onnx", str(tmp_path / "m.onnx"), "--input",
+                       f"ids={tmp_path / 'past.npy'}")
+        assert proc.returncode == 9 and "Input 'ids' holds 5; it indexes a table of 5 rows" in proc.stderr, proc.stderr
     np.save(tmp_path / "short.npy", np.array([[1, 2]], np.int32))
     proc = _verify(tmp_path / "a", tmp_path / "m.onnx", "--input", f"ids={tmp_path / 'short.npy'}")
     assert proc.returncode == 9 and "Traceback" not in proc.stderr, proc.stderr
