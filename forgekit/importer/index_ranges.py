@@ -20,6 +20,8 @@ from .onnx_utils import value_shape
 #: index stays an index of the same table after them
 _PASS_THROUGH = {"Cast", "Unsqueeze", "Reshape", "Squeeze", "Identity", "Flatten", "Expand", "Transpose",
                  "Slice", "Tile", "Concat", "Split", "CastLike"}
+#: ops whose second input indexes an axis of their first
+_INDEXING = {"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"}
 _INT_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
               onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
 
@@ -27,13 +29,27 @@ _INT_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.IN
 def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
     """Integer graph input -> the least exclusive upper bound of the axes it indexes (inputs that index
     nothing the graph states a static size for are absent)."""
-    graph = model.graph
-    try:  # shapes of intermediate tables (a Gather of a Gather's result); best effort
-        graph = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
-    except Exception:  # noqa: BLE001 - an uninferable model still has its initializers' and inputs' shapes
-        pass
+    constants = {t.name: t for t in model.graph.initializer}
+    ints = [vi.name for vi in model.graph.input
+            if vi.name not in constants and vi.type.tensor_type.elem_type in _INT_TYPES]
+    if not ints:  # most vision models: no shape inference over their weights
+        return {}
+    found = _bounds(model.graph, ints, constants)
+    if any(None in sizes for sizes in found.values()):
+        # a table the graph states no shape for (the output of a node): shape inference, only then, since it
+        # copies the whole model
+        try:
+            found = _bounds(onnx.shape_inference.infer_shapes(model, strict_mode=False).graph, ints, constants)
+        except Exception:  # noqa: BLE001 - an uninferable model keeps what its initializers and inputs state
+            pass
+    return {name: min(known) for name, sizes in found.items() if (known := [s for s in sizes if s])}
+
+
+def _bounds(graph: onnx.GraphProto, names: list[str],
+            constants: dict[str, onnx.TensorProto]) -> dict[str, list[int | None]]:
+    """Per input of ``names``, the size of every axis it indexes (None: not static in ``graph``)."""
     shapes = {vi.name: value_shape(vi) for vi in [*graph.input, *graph.value_info, *graph.output]}
-    constants = {t.name: t for t in graph.initializer}
+    constants = dict(constants)
     shapes.update({name: list(t.dims) for name, t in constants.items()})
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
@@ -43,19 +59,13 @@ def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
     for node in graph.node:
         for slot, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, slot))
-    bounds = {}
-    for vi in graph.input:
-        if vi.name in constants or vi.type.tensor_type.elem_type not in _INT_TYPES:
-            continue
-        found = [b for b in _bounds_from(vi.name, readers, shapes, constants, set()) if b > 0]
-        if found:
-            bounds[vi.name] = min(found)
-    return bounds
+    return {name: list(_bounds_from(name, readers, shapes, constants, set())) for name in names}
 
 
 def _bounds_from(name: str, readers: dict[str, list[tuple[onnx.NodeProto, int]]], shapes: dict[str, list | None],
-                 constants: dict[str, onnx.TensorProto], seen: set[str]) -> Iterator[int]:
-    """The sizes of the axes the values of ``name`` index, following them through pass-through ops."""
+                 constants: dict[str, onnx.TensorProto], seen: set[str]) -> Iterator[int | None]:
+    """The sizes of the axes the values of ``name`` index (None where not static), following them through
+    pass-through ops."""
     if name in seen:
         return
     seen.add(name)
@@ -63,10 +73,8 @@ def _bounds_from(name: str, readers: dict[str, list[tuple[onnx.NodeProto, int]]]
         if node.op_type in _PASS_THROUGH and (slot == 0 or node.op_type == "Concat"):
             for out in node.output:
                 yield from _bounds_from(out, readers, shapes, constants, seen)
-        elif slot == 1 or (node.op_type == "OneHot" and slot == 0):
-            size = _indexed_size(node, shapes, constants)
-            if size is not None:
-                yield size
+        elif (slot == 1 and node.op_type in _INDEXING) or (node.op_type == "OneHot" and slot == 0):
+            yield _indexed_size(node, shapes, constants)
 
 
 def _indexed_size(node: onnx.NodeProto, shapes: dict[str, list | None],

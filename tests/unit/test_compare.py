@@ -4,7 +4,9 @@ artifacts that compute in less (bf16/fp16, forgekit-quantized)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from forgekit.evaluate.compare import compare, compare_outputs, cosine, min_cosine_for
 
@@ -178,3 +180,33 @@ def test_a_wide_but_gapless_range_has_no_masks() -> None:
     judged = compare("y", ref * np.float32(1.0005), ref)
     assert judged.masked == 0 and judged.ok
     assert not compare("y", ref * 1.01, ref).ok
+
+
+def _masked_model(shift: float) -> onnx.ModelProto:
+    """scores = x @ W (+ shift), -FLT_MAX where mask is false: a masked attention row."""
+    w = np.random.default_rng(4).standard_normal((8, 8)).astype(np.float32) + np.float32(shift)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["s"]),
+             helper.make_node("Where", ["mask", "s", "fill"], ["y"])]
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+                                                helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(w, "w"),
+                               numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "fill")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_verify_fails_a_wrong_model_behind_flt_max_masks(tmp_path) -> None:
+    """Against a model with other weights (same masks), verify said 'outputs match' (atol 3.4e34); now exit 13,
+    and the artifact's own model still verifies."""
+    import forgekit as forge
+    from conftest import run_cli
+
+    onnx.save(_masked_model(0.0), tmp_path / "m.onnx")
+    onnx.save(_masked_model(0.5), tmp_path / "wrong.onnx")
+    forge.from_onnx(tmp_path / "m.onnx").compile(target="host", output_path=tmp_path / "a", opt_level=1)
+    proc = run_cli("verify", str(tmp_path / "a"), "--onnx", str(tmp_path / "m.onnx"))
+    assert proc.returncode == 0 and "masked element(s) judged apart" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_cli("verify", str(tmp_path / "a"), "--onnx", str(tmp_path / "wrong.onnx"))
+    assert proc.returncode == 13, proc.stdout + proc.stderr

@@ -55,15 +55,18 @@ def test_index_bounds_follow_indices_through_shape_ops_to_every_table() -> None:
              helper.make_node("Gather", ["small", "ids"], ["b"], axis=1),  # 7 columns: the bound
              helper.make_node("OneHot", ["cls", "depth", "onoff"], ["c"]),
              helper.make_node("Add", ["plain", "plain"], ["d"]),
-             helper.make_node("GatherElements", ["dyn", "pos"], ["e"], axis=0)]
+             helper.make_node("GatherElements", ["dyn", "pos"], ["e"], axis=0),
+             helper.make_node("Transpose", ["tbl"], ["tbl_t"], perm=[1, 0]),  # a table of inferred shape
+             helper.make_node("Gather", ["tbl_t", "row"], ["f"], axis=0)]
     model = _model(nodes, [("ids", TensorProto.INT64, [4]), ("cls", TensorProto.INT64, [3]),
                            ("plain", TensorProto.INT64, [3]), ("dyn", TensorProto.FLOAT, ["N", 2]),
-                           ("pos", TensorProto.INT64, [1, 2])],
-                   [(n, TensorProto.FLOAT, None) for n in "abce"] + [("d", TensorProto.INT64, None)],
+                           ("pos", TensorProto.INT64, [1, 2]), ("row", TensorProto.INT64, [2])],
+                   [(n, TensorProto.FLOAT, None) for n in "abcef"] + [("d", TensorProto.INT64, None)],
                    {"big": np.zeros((50, 4), np.float32), "small": np.zeros((2, 7), np.float32),
                     "zero": np.array([0], np.int64), "flat": np.array([-1], np.int64),
-                    "depth": np.array(5, np.int64), "onoff": np.array([0, 1], np.float32)})
-    assert index_bounds(model) == {"ids": 7, "cls": 5}
+                    "depth": np.array(5, np.int64), "onoff": np.array([0, 1], np.float32),
+                    "tbl": np.zeros((3, 6), np.float32)})
+    assert index_bounds(model) == {"ids": 7, "cls": 5, "row": 6}
 
 
 def test_gather_nd_bounds_by_the_axes_its_last_index_dimension_picks() -> None:
