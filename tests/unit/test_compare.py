@@ -210,3 +210,18 @@ def test_verify_fails_a_wrong_model_behind_flt_max_masks(tmp_path) -> None:
     assert proc.returncode == 0 and "masked element(s) judged apart" in proc.stdout, proc.stdout + proc.stderr
     proc = run_cli("verify", str(tmp_path / "a"), "--onnx", str(tmp_path / "wrong.onnx"))
     assert proc.returncode == 13, proc.stdout + proc.stderr
+
+
+def test_the_references_own_noise_leaves_the_masks_out(tmp_path) -> None:
+    """-inf masks made the noise floor nan (-inf - -inf) and -FLT_MAX ones made the cosine deficit that of the
+    masks: both are measured on the numbers now."""
+    from forgekit.evaluate.reference import cosine_noise, noise_floor, run, session
+
+    model = _masked_model(0.0)
+    model.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array(-np.inf, np.float32), "fill"))
+    onnx.save(model, tmp_path / "m.onnx")
+    fed = {"x": np.random.default_rng(0).random((1, 8), np.float32), "mask": np.array([[1, 0] * 4], bool)}
+    expected = run(session(tmp_path / "m.onnx"), fed)
+    assert np.isinf(expected[0]).sum() == 4
+    floor, deficit = noise_floor(tmp_path / "m.onnx", fed, expected), cosine_noise(tmp_path / "m.onnx", fed, expected)
+    assert np.isfinite(floor[0]) and 0.0 <= floor[0] < 1e-5 and 0.0 <= deficit[0] < 1e-6
