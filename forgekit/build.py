@@ -54,6 +54,9 @@ class BuildReport:
     tuning: dict[str, Any] | None = None
     #: fused kernel name -> floating-point operations per call (static shapes), for GFLOP/s in profiles
     kernel_flops: dict[str, float] = field(default_factory=dict)
+    #: per level of a portable build: {"schedule_rules", "kernel_flops"} of that level's kernels (the level a CPU
+    #: loads need not be the first: bench --profile looks its kernels up here)
+    levels: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 #: LLVM's fast-math flags of opt level 4: reassociation (vectorized reductions), contraction (FMA) and no
@@ -131,6 +134,11 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
                 executables.append(_lower(mod, spec, opt_level, report, tuning if index == tuned else None,
                                           rules=index == 0, bf16=precision == "bfloat16",
                                           external_weights=external_weights))
+                if len(specs) > 1 and labels and uses_cpu_schedules(opt_level, spec.is_cpu):
+                    from .backends.cpu.registry import FLOPS, STATS
+
+                    report.levels[label] = {"schedule_rules": dict(sorted(STATS.items())),
+                                            "kernel_flops": dict(sorted(FLOPS.items()))}
     except ForgekitError:
         raise
     except Exception as exc:

@@ -49,8 +49,6 @@ def test_bench_profile_in_the_library_and_the_cli(reported: Path) -> None:
     assert "kernels (instrumented runs, per inference):" in proc.stdout and "fused_conv2d" in proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38.11: needs build.py to record each level's schedule rules and "
-                   "kernel FLOPs (BuildReport.levels); the profile and compile_report.json read them")
 def test_a_portable_int8_artifact_profiles_the_level_this_cpu_loads(tmp_path, monkeypatch) -> None:
     """The compile report held the first level's kernels only (x86-64-v4-vnni: fused_conv2d_int8_*): a CPU
     without VNNI runs x86-64-v3's fused_conv2d_* kernels, and bench --profile left their GFLOP/s and rule
