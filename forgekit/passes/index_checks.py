@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from ..errors import INDEX_ERROR_MARKER as MARKER  # the runtimes look for it to give exit 9
+from .names import ORIGINAL_NAMES
 
 #: TVM's error kind of the assertion (tvm_ffi raises the Python exception of that name)
 KIND = "IndexError"
@@ -148,14 +149,14 @@ def _message(gather: _Gather, extents: list[Any], sources: list[str]) -> str:
 class _Checker(relax.PyExprMutator):
     def __init__(self, mod: Any) -> None:
         super().__init__(mod)
-        self.params: set[Any] = set()
+        self.params: dict[Any, str] = {}  # parameter -> its name as the user knows it (names.ORIGINAL_NAMES)
         self.count = 0
 
     def _sources(self, expr: Any, depth: int = 0) -> list[str]:
         """Names of the function parameters ``expr`` is computed from (through at most 32 bindings)."""
         if isinstance(expr, relax.Var):
             if expr in self.params:
-                return [expr.name]
+                return [self.params[expr]]
             bound = self.lookup_binding(expr)
             return self._sources(bound, depth + 1) if bound is not None and depth < 32 else []
         names: list[str] = []
@@ -164,7 +165,9 @@ class _Checker(relax.PyExprMutator):
         return names
 
     def visit_function_(self, func: Any) -> Any:
-        self.params.update(func.params)
+        original = func.attrs.get(ORIGINAL_NAMES) if func.attrs is not None else None
+        names = [str(n) for n in original] if original is not None else [p.name for p in func.params]
+        self.params.update(zip(func.params, names))
         return super().visit_function_(func)
 
     def visit_call_(self, call: Any) -> Any:

@@ -148,6 +148,19 @@ def test_symbolic_axis(tmp_path) -> None:
     np.testing.assert_array_equal(engine.infer(x, np.array([5, 6, -7]))[0], x[:, [5, 6, 0]])
 
 
+def test_message_names_the_input_as_onnx_spells_it(tmp_path) -> None:
+    """The build renames inputs to C identifiers (names.py); the message keeps the user's name."""
+    table = numpy_helper.from_array(TABLE, "table")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "serving_default_ids:0"], ["y"])], "n",
+                              [helper.make_tensor_value_info("serving_default_ids:0", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    forge.from_onnx(model).compile(target="host", output_path=tmp_path / "out", opt_level=0)
+    with pytest.raises(InputError, match="from input 'serving_default_ids:0'"):
+        Engine(tmp_path / "out").infer(np.array([0, 2, 1]))
+
+
 def test_cli_run_is_one_line_exit_9_never_a_signal(model_path, tmp_path) -> None:
     forge.from_onnx(model_path).compile(target="host", output_path=tmp_path / "out")
     np.savez(tmp_path / "bad.npz", **_feeds(ids=2_000_000_000))  # 8 GB past the table: SIGSEGV unchecked
