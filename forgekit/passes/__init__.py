@@ -108,6 +108,12 @@ def _fold_batch_norms() -> Any:
     return fold_batch_norms_pass()
 
 
+def _long_reductions() -> Any:
+    from .long_reductions import long_reductions_pass
+
+    return long_reductions_pass()
+
+
 def _to_nhwc() -> Any:
     from .layout import to_nhwc_or_keep
 
@@ -130,6 +136,8 @@ register_pass("FoldConstant.layout", 0, _relax("FoldConstant"), when=lambda prec
 register_pass("ToMixedPrecision", 0, _relax("ToMixedPrecision", out_dtype="float32"),
               when=lambda precision, layout: precision == "float16")
 register_pass("FoldConstant.precision", 0, _relax("FoldConstant"), when=lambda precision, layout: precision == "float16")
+# every level and precision; last: ToMixedPrecision cannot type the call_tir it emits, ToNHWC moves the means
+register_pass("forgekit.LongReductions", 0, _long_reductions)
 
 
 def graph_passes(opt_level: int, *, precision: str = "float32", layout: str | None = None) -> list[Any]:

@@ -1,0 +1,301 @@
+"""Sums over many elements in two stages: blocks of ~4096 elements first, then the sum of the blocks' sums.
+
+TVM 0.27 lowers ``R.sum`` (and ``R.mean``, ``R.variance``, what ``GlobalAveragePool``, ``ReduceL1/L2``,
+``ReduceSumSquare``, ``ReduceLogSumExp`` import as, and the denominators of ``R.nn.softmax`` /
+``log_softmax``) to one ``te.sum``: a single fp32 accumulator that every element is added to in turn.  Its
+error grows with the count (worst case n * 2^-24 relative): once the running sum reaches 2^24 times an
+element, adding one more rounds back to the same value, so ``ReduceSum`` of 2^25 ones returned 16,777,216
+(onnxruntime: 33,554,432), ``ReduceMean`` of them 0.5, at opt levels 0-3.  Nothing of TVM's splits it:
+levels 0-2 run the plain loop, forgekit's rules (level 3) rfactor row reductions into vector lanes only when
+the reduction is not the kernel's output (``PoolRule`` takes a lone sum and keeps one accumulator per output),
+and level 4's reassociation lets LLVM keep 16-64 partial sums, which only moves the stall to 2^28-2^30.
+
+Here a float sum whose reduced extent exceeds :data:`LONG` becomes (1) a kernel that sums blocks of about
+:data:`BLOCK` consecutive elements of the reduced axes into a tensor of partial sums, then (2) the sum of
+those (split again if still long; a mean divides in that last kernel, as TOPI's mean does).  Softmax and
+log_softmax become max, exp, the split sum and the normalization, as TOPI computes them; an ``AveragePool``
+whose window is the whole map is the mean it is.  The error is then ~(BLOCK + n / BLOCK) * eps instead of
+n * eps; on uniform [0, 1) data (numpy, sequential fp32): 2^20 elements 3.1e-5 -> 4.4e-7, 2^24
+1.1e-5 -> 7.0e-8, and 2^25 ones are exact.  The blocks split the innermost reduced axis that makes them
+long enough, by a divisor of its extent where one exists (plain index arithmetic, which forgekit's pool and
+reduction rules schedule like any sum), else in even blocks whose tail is masked by a clamped read (no
+load past the end; also for a symbolic extent).
+
+:data:`LONG` = 2^14: below it the sequential error is that of 2^14 additions (3.5e-7 measured on uniform
+data, about what a two-stage sum gives), and every reduction of an ordinary model stays as it was (a ResNet's
+7x7 pool, BERT's 128-512 softmax rows, layer norms of 768-4096, EfficientNet's 112x112 squeeze = 12544).
+A symbolic extent is split only when its ``--dynamic`` upper bound exceeds LONG: the split costs its kernels
+at every size (a dynamic 7x7 pool: 0.07 -> 0.19 ms; a dynamic BERT softmax [1, 12, L, L] at L = 128:
+0.86 -> 1.43 ms with fixed 4096 blocks), too much to pay for a length that is usually short; bound it
+(``--dynamic L=1..100000``) to have it split, pin it to decide by its size.
+
+Why not TVM's own: Relax has no blocked-sum pass, ``rfactor`` is a schedule primitive (levels 0-2 schedule
+nothing, and the rules' rfactor partial sums are per vector lane: 16 of them still stall at 2^28); TOPI's
+``sum`` has no pairwise or blocked variant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: a float sum over more elements than this is summed in blocks (see the module docstring)
+LONG = 1 << 14
+#: elements summed by one stage-1 partial sum (~sqrt(2^24): 2^24 elements give 4096 + 4096 additions)
+BLOCK = 1 << 12
+_SUM_OPS = ("relax.sum", "relax.mean", "relax.variance")
+_SOFTMAX_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
+_MEAN_OPS = ("relax.nn.avg_pool2d",)
+
+
+def _int(dim: Any) -> int | None:
+    try:
+        return int(dim)
+    except TypeError:  # a symbolic extent
+        return None
+
+
+def _upper(dim: Any, bounds: dict[str, int]) -> int | None:
+    """``dim``'s value or, symbolic, its largest under the function's ``--dynamic`` bounds (None: unbounded)."""
+    static = _int(dim)
+    if static is not None:
+        return static
+    import tvm
+
+    free = tvm.tirx.analysis.undefined_vars(dim)
+    if any(v.name not in bounds for v in free):
+        return None
+    analyzer = tvm.sym.Analyzer()
+    for v in free:
+        analyzer.update(v, tvm.sym.ConstIntBound(1, bounds[v.name]))
+    upper = analyzer.const_int_bound(dim).max_value
+    return None if upper >= (1 << 62) else int(upper)
+
+
+def _divisor(extent: int, want: int) -> int | None:
+    """The largest divisor of ``extent`` in [want / 4, want]: whole blocks, no mask."""
+    for d in range(want, max(1, want // 4) - 1, -1):
+        if extent % d == 0:
+            return d
+    return None
+
+
+def plan(shape: list[Any], axes: list[int], bounds: dict[str, int]) -> tuple[int, int, bool] | None:
+    """How to split a sum of a ``shape`` tensor over ``axes`` (sorted, non-negative): ``(axis, block, exact)``:
+    stage 1 sums the reduced axes after ``axis`` and ``block`` consecutive indices of ``axis`` (``exact``:
+    ``block`` divides its extent); None when the sum is short enough or symbolic without a ``--dynamic`` bound
+    (see the module docstring)."""
+    total = 1
+    for a in axes:
+        upper = _upper(shape[a], bounds)
+        if upper is None:
+            total = None
+            break
+        total *= upper
+    if total is None or total <= LONG:
+        return None
+    inner = 1  # elements of the fully summed inner axes
+    for a in reversed(axes):
+        extent = _int(shape[a])
+        if extent is not None and inner * extent <= BLOCK:
+            inner *= extent
+            continue
+        want = max(1, BLOCK // inner)
+        if want == 1:
+            return a, 1, True
+        exact = _divisor(extent, want) if extent is not None else None
+        return (a, exact, True) if exact else (a, want, False)
+    return None
+
+
+def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool) -> Any:
+    """Stage 1 as a TE compute: the shape of ``x`` with ``axis`` in blocks of ``block`` and the reduced axes
+    after it summed (kept as 1)."""
+    from tvm import te, tirx
+
+    shape = list(x.shape)
+    after = [a for a in axes if a > axis]
+    out_shape = [1 if a in after else s for a, s in enumerate(shape)]
+    whole = isinstance(block, int) and block == 1  # the axis is kept whole: stage 1 sums the axes after it
+    out_shape[axis] = shape[axis] if whole else tirx.indexdiv(shape[axis] + block - 1, block)
+    k = None if whole else te.reduce_axis((0, block), name="k")
+    rest = [te.reduce_axis((0, shape[a]), name=f"r{a}") for a in after]
+    zero = tirx.const(0, x.dtype)
+
+    def partial(*idx: Any) -> Any:
+        index = list(idx)
+        for a, r in zip(after, rest):
+            index[a] = r
+        if k is None:
+            return te.sum(x(*index), axis=rest)
+        pos = idx[axis] * block + k
+        if exact:
+            index[axis] = pos
+            value = x(*index)
+        else:  # the last block's tail: a clamped (in-bounds) read, masked to 0
+            index[axis] = tirx.min(pos, shape[axis] - 1)
+            value = tirx.Select(pos < shape[axis], x(*index), zero)
+        return te.sum(value, axis=[k, *rest])
+
+    return te.compute(out_shape, partial, name="block_sum")
+
+
+def _axes(call: Any, ndim: int) -> list[int]:
+    axis = call.attrs.axis
+    if axis is None:
+        return list(range(ndim))
+    return sorted({int(a) % ndim for a in axis})
+
+
+def _global_pool_axes(attrs: Any, shape: list[Any]) -> list[int] | None:
+    """The axes an ``avg_pool2d`` averages whole (``AveragePool`` with a window as large as the map: a mean), or
+    None when it is a sliding window.  Windows of one step are fine on the other axis."""
+    layout = str(attrs.layout)
+    if layout not in ("NCHW", "NHWC") or str(attrs.out_layout) != layout or any(int(p) for p in attrs.padding) \
+            or any(int(d) != 1 for d in attrs.dilation):
+        return None
+    axes = []
+    for axis, size, stride in zip((layout.index("H"), layout.index("W")), attrs.pool_size, attrs.strides):
+        if _int(shape[axis]) == int(size):
+            axes.append(axis)
+        elif int(size) != 1 or int(stride) != 1:
+            return None
+    return axes or None
+
+
+def _reduced(call: Any, shape: list[Any]) -> tuple[list[int], bool] | None:
+    """The axes ``call`` sums over and whether it keeps them."""
+    name, ndim = call.op.name, len(shape)
+    if name in _SOFTMAX_OPS:
+        return [int(call.attrs.axis) % ndim], True
+    if name == "relax.nn.avg_pool2d":
+        axes = _global_pool_axes(call.attrs, shape)
+        return (axes, True) if axes else None
+    return _axes(call, ndim), bool(call.attrs.keepdims)
+
+
+def _is_float(expr: Any) -> bool:
+    return str(getattr(expr.ty, "dtype", "")).startswith(("float", "bfloat"))
+
+
+def _rewriter(mod: Any) -> Any:
+    """A Relax mutator (built on first use: TVM's decorator needs TVM) that splits the long sums of ``mod``."""
+    from tvm import relax, tirx, topi
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    R = relax.op
+
+    @mutator
+    class LongSums(PyExprMutator):
+        bounds: dict[str, int] = {}
+        changed = False
+
+        def long_sum(self, x: Any, axes: list[int], keepdims: bool, count: Any = None) -> Any:
+            """``R.sum(x, axes, keepdims)`` (divided by ``count``: a mean), in stages when it is long."""
+            shape = list(x.ty.shape.values)
+            how = plan(shape, axes, self.bounds)
+            if how is None and count is None:
+                return R.sum(x, axes, keepdims)
+            if how is None:  # the last stage and the division in one kernel, as TOPI's mean (FuseOps fuses
+                # nothing after a reduction: a separate divide was a third kernel, +20 % on a 7x7 pool)
+                return self.builder_.call_te(lambda p, c: topi.divide(topi.sum(p, axes, keepdims), c), x, count,
+                                             primfunc_name_hint="mean")
+            axis, block, exact = how
+            if not exact:  # as many blocks as ``block`` needs, made as even as they go: the masked tail is shorter
+                # than their count (a fixed 4096 on a symbolic length of 128 summed 32x the elements); passed in,
+                # a symbolic size is one scalar, not a division per element
+                count_blocks = tirx.indexdiv(shape[axis] + block - 1, block)
+                block = tirx.indexdiv(shape[axis] + count_blocks - 1, count_blocks)
+                block = int(block) if isinstance(block, tirx.IntImm) else block
+            partial = self.builder_.emit(self.builder_.call_te(
+                block_sums, x, axes, axis, block, exact, primfunc_name_hint="block_sum"))
+            blocks = partial.ty.shape.values[axis]
+            if not isinstance(blocks, (tirx.IntImm, tirx.Var)):
+                # ceil(L / block) of a symbolic L: a variable of its own, or the next kernel's buffer shape
+                # names L, which TIR cannot bind from it ("Invalid use of undefined variable L")
+                shape = list(partial.ty.shape.values)
+                shape[axis] = tirx.Var("blocks", "int64")
+                partial = self.builder_.match_cast(partial, relax.TensorType(shape, x.ty.dtype))
+            return self.long_sum(partial, axes, keepdims, count)
+
+        def long_mean(self, x: Any, axes: list[int], keepdims: bool) -> Any:
+            count = 1
+            for a in axes:
+                count = count * x.ty.shape.values[a]
+            # the count is an argument: symbolic, it is not in the last stage's shape
+            return self.long_sum(x, axes, keepdims, count)
+
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            name = getattr(call.op, "name", None)
+            if name not in _SUM_OPS + _SOFTMAX_OPS + _MEAN_OPS or not call.args or not _is_float(call.args[0]):
+                return call
+            x = call.args[0]
+            shape = getattr(x.ty, "shape", None)
+            if not isinstance(shape, relax.ShapeExpr):
+                return call
+            reduced = _reduced(call, list(shape.values))
+            if reduced is None or plan(list(shape.values), reduced[0], self.bounds) is None:
+                return call
+            axes, keepdims = reduced
+            self.changed = True
+            emit = self.builder_.emit
+            if name == "relax.sum":
+                return self.long_sum(x, axes, keepdims)
+            if name in ("relax.mean", "relax.nn.avg_pool2d"):
+                return self.long_mean(x, axes, keepdims)
+            if name == "relax.variance":  # as TOPI: mean((x - mean(x))^2)
+                dev = emit(R.subtract(x, emit(self.long_mean(x, axes, True))))
+                return self.long_mean(emit(R.multiply(dev, dev)), axes, keepdims)
+            # softmax as TOPI computes it: exp(x - max) / sum(exp(x - max)); log_softmax: x - max - log(sum)
+            shifted = emit(R.subtract(x, emit(R.max(x, axes, True))))
+            e = emit(R.exp(shifted))
+            total = emit(self.long_sum(e, axes, True))
+            if name == "relax.nn.softmax":
+                return R.divide(e, total)
+            return R.subtract(shifted, emit(R.log(total)))
+
+    return LongSums(mod)
+
+
+def _bounds(func: Any) -> dict[str, int]:
+    attrs = getattr(func, "attrs", None)
+    upper = attrs["tir_var_upper_bound"] if attrs is not None and "tir_var_upper_bound" in attrs else {}
+    return {str(k): int(v) for k, v in upper.items()}
+
+
+def _has_candidate(func: Any) -> bool:
+    from tvm import relax
+
+    found = []
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in _SUM_OPS + _SOFTMAX_OPS + _MEAN_OPS:
+            found.append(expr)
+
+    relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
+def split_long_sums(mod: Any) -> Any:
+    """Every long float sum of ``mod``'s Relax functions in two (or more) stages (see the module docstring)."""
+    from tvm import relax
+
+    funcs = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, relax.Function) and _has_candidate(f)]
+    if not funcs:
+        return mod
+    rewriter = _rewriter(mod)
+    for gv, func in funcs:
+        rewriter.bounds = _bounds(func)
+        rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.finalize() if rewriter.changed else mod
+
+
+def long_reductions_pass() -> Any:
+    """:func:`split_long_sums` as a module pass."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="forgekit.LongReductions")
+    def rewrite(mod: Any, _ctx: Any) -> Any:
+        return split_long_sums(mod)
+
+    return rewrite
