@@ -11,15 +11,16 @@ the reduction is not the kernel's output (``PoolRule`` takes a lone sum and keep
 and level 4's reassociation lets LLVM keep 16-64 partial sums, which only moves the stall to 2^28-2^30.
 
 Here a float sum whose reduced extent exceeds :data:`LONG` becomes (1) a kernel that sums blocks of about
-:data:`BLOCK` consecutive elements of the reduced axes into a tensor of partial sums, then (2) the sum of
+:data:`BLOCK` elements of the reduced axes into a tensor of partial sums, then (2) the sum of
 those (split again if still long; a mean divides in that last kernel, as TOPI's mean does).  Softmax and
 log_softmax become max, exp, the split sum and the normalization, as TOPI computes them; an ``AveragePool``
 whose window is the whole map is the mean it is.  The error is then ~(BLOCK + n / BLOCK) * eps instead of
 n * eps; on uniform [0, 1) data (numpy, sequential fp32): 2^20 elements 3.1e-5 -> 4.4e-7, 2^24
 1.1e-5 -> 7.0e-8, and 2^25 ones are exact.  The blocks split the innermost reduced axis that makes them
-long enough, by a divisor of its extent where one exists (plain index arithmetic, which forgekit's pool and
-reduction rules schedule like any sum), else in even blocks whose tail is masked by a clamped read (no
-load past the end; also for a symbolic extent).
+long enough, by a divisor of its extent where one exists, else in even blocks whose tail is masked by a
+clamped read (no load past the end; also for a symbolic extent).  Block j of B blocks takes elements j,
+j + B, j + 2B, ...: each step of the block loop reads B consecutive elements, which forgekit's pool rule
+loads as vectors across the blocks (as it does the channels of a pooling window).
 
 :data:`LONG` = 2^14: below it the sequential error is that of 2^14 additions (3.5e-7 measured on uniform
 data, about what a two-stage sum gives), and every reduction of an ordinary model stays as it was (a ResNet's
@@ -81,7 +82,7 @@ def _divisor(extent: int, want: int) -> int | None:
 
 def plan(shape: list[Any], axes: list[int], bounds: dict[str, int]) -> tuple[int, int, bool] | None:
     """How to split a sum of a ``shape`` tensor over ``axes`` (sorted, non-negative): ``(axis, block, exact)``:
-    stage 1 sums the reduced axes after ``axis`` and ``block`` consecutive indices of ``axis`` (``exact``:
+    stage 1 sums the reduced axes after ``axis`` and ``block`` indices of ``axis`` per block (``exact``:
     ``block`` divides its extent); None when the sum is short enough or symbolic without a ``--dynamic`` bound
     (see the module docstring)."""
     total = 1
@@ -107,9 +108,9 @@ def plan(shape: list[Any], axes: list[int], bounds: dict[str, int]) -> tuple[int
     return None
 
 
-def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool) -> Any:
+def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool, maximum: bool = False) -> Any:
     """Stage 1 as a TE compute: the shape of ``x`` with ``axis`` in blocks of ``block`` and the reduced axes
-    after it summed (kept as 1)."""
+    after it summed (kept as 1); ``maximum``: their maximum instead (a softmax's, in the same blocks)."""
     from tvm import te, tirx
 
     shape = list(x.shape)
@@ -119,24 +120,25 @@ def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool) -> A
     out_shape[axis] = shape[axis] if whole else tirx.indexdiv(shape[axis] + block - 1, block)
     k = None if whole else te.reduce_axis((0, block), name="k")
     rest = [te.reduce_axis((0, shape[a]), name=f"r{a}") for a in after]
-    zero = tirx.const(0, x.dtype)
+    combine = te.max if maximum else te.sum
+    identity = tirx.min_value(x.dtype) if maximum else tirx.const(0, x.dtype)
 
     def partial(*idx: Any) -> Any:
         index = list(idx)
         for a, r in zip(after, rest):
             index[a] = r
         if k is None:
-            return te.sum(x(*index), axis=rest)
-        pos = idx[axis] * block + k
+            return combine(x(*index), axis=rest)
+        pos = k * out_shape[axis] + idx[axis]  # block j: elements j, j + blocks, j + 2 blocks, ... (see docstring)
         if exact:
             index[axis] = pos
             value = x(*index)
-        else:  # the last block's tail: a clamped (in-bounds) read, masked to 0
+        else:  # the last block's tail: a clamped (in-bounds) read, masked to the identity
             index[axis] = tirx.min(pos, shape[axis] - 1)
-            value = tirx.Select(pos < shape[axis], x(*index), zero)
-        return te.sum(value, axis=[k, *rest])
+            value = tirx.Select(pos < shape[axis], x(*index), identity)
+        return combine(value, axis=[k, *rest])
 
-    return te.compute(out_shape, partial, name="block_sum")
+    return te.compute(out_shape, partial, name="block_max" if maximum else "block_sum")
 
 
 def _axes(call: Any, ndim: int) -> list[int]:
@@ -189,12 +191,14 @@ def _rewriter(mod: Any) -> Any:
         bounds: dict[str, int] = {}
         changed = False
 
-        def long_sum(self, x: Any, axes: list[int], keepdims: bool, count: Any = None) -> Any:
-            """``R.sum(x, axes, keepdims)`` (divided by ``count``: a mean), in stages when it is long."""
+        def long_sum(self, x: Any, axes: list[int], keepdims: bool, count: Any = None, maximum: bool = False
+                     ) -> Any:
+            """``R.sum(x, axes, keepdims)`` (divided by ``count``: a mean; ``maximum``: ``R.max``), in stages
+            when it is long."""
             shape = list(x.ty.shape.values)
             how = plan(shape, axes, self.bounds)
             if how is None and count is None:
-                return R.sum(x, axes, keepdims)
+                return (R.max if maximum else R.sum)(x, axes, keepdims)
             if how is None:  # the last stage and the division in one kernel, as TOPI's mean (FuseOps fuses
                 # nothing after a reduction: a separate divide was a third kernel, +20 % on a 7x7 pool)
                 return self.builder_.call_te(lambda p, c: topi.divide(topi.sum(p, axes, keepdims), c), x, count,
@@ -206,8 +210,14 @@ def _rewriter(mod: Any) -> Any:
                 count_blocks = tirx.indexdiv(shape[axis] + block - 1, block)
                 block = tirx.indexdiv(shape[axis] + count_blocks - 1, count_blocks)
                 block = int(block) if isinstance(block, tirx.IntImm) else block
-            partial = self.builder_.emit(self.builder_.call_te(
-                block_sums, x, axes, axis, block, exact, primfunc_name_hint="block_sum"))
+            call = self.builder_.call_te(block_sums, x, axes, axis, block, exact, maximum,
+                                         primfunc_name_hint="block_max" if maximum else "block_sum")
+            # a reduction (kCommReduce) whatever its index arithmetic: AnnotateTIROpPattern calls a read of
+            # x[j * block + k] out-fusable (like a conv), and FuseOps then kept softmax's exp out of it
+            # (a 16 MB write and read per 2^22 row)
+            gv = call.args[0]
+            self.builder_.update_func(gv, self.builder_.get()[gv].with_attr("op_pattern", 3))
+            partial = self.builder_.emit(call)
             blocks = partial.ty.shape.values[axis]
             if not isinstance(blocks, (tirx.IntImm, tirx.Var)):
                 # ceil(L / block) of a symbolic L: a variable of its own, or the next kernel's buffer shape
@@ -215,7 +225,7 @@ def _rewriter(mod: Any) -> Any:
                 shape = list(partial.ty.shape.values)
                 shape[axis] = tirx.Var("blocks", "int64")
                 partial = self.builder_.match_cast(partial, relax.TensorType(shape, x.ty.dtype))
-            return self.long_sum(partial, axes, keepdims, count)
+            return self.long_sum(partial, axes, keepdims, count, maximum)
 
         def long_mean(self, x: Any, axes: list[int], keepdims: bool) -> Any:
             count = 1
@@ -246,13 +256,16 @@ def _rewriter(mod: Any) -> Any:
             if name == "relax.variance":  # as TOPI: mean((x - mean(x))^2)
                 dev = emit(R.subtract(x, emit(self.long_mean(x, axes, True))))
                 return self.long_mean(emit(R.multiply(dev, dev)), axes, keepdims)
-            # softmax as TOPI computes it: exp(x - max) / sum(exp(x - max)); log_softmax: x - max - log(sum)
-            shifted = emit(R.subtract(x, emit(R.max(x, axes, True))))
-            e = emit(R.exp(shifted))
-            total = emit(self.long_sum(e, axes, True))
+            # softmax as TOPI computes it: exp(x - max) / sum(exp(x - max)); log_softmax: x - max - log(sum).
+            # exp is computed again by the normalization, so that it fuses into both kernels instead of being
+            # a 16 MB write and two reads per 2^22 row.  Still 3 passes over the row where TVM's softmax
+            # kernel makes them in one: softmax [1, 2^15] 0.06 -> 0.11 ms, [1, 2^22] 6.7 -> 12.4 ms at
+            # level 3 (the max and both blocked kernels run PoolRule's gather-free but serial-per-lane loops).
+            top = emit(R.max(x, axes, True))
+            total = emit(self.long_sum(emit(R.exp(emit(R.subtract(x, top)))), axes, True))
             if name == "relax.nn.softmax":
-                return R.divide(e, total)
-            return R.subtract(shifted, emit(R.log(total)))
+                return R.divide(emit(R.exp(emit(R.subtract(x, top)))), total)
+            return R.subtract(emit(R.subtract(x, top)), emit(R.log(total)))
 
     return LongSums(mod)
 
