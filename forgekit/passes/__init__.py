@@ -120,6 +120,20 @@ def _to_nhwc() -> Any:
     return to_nhwc_or_keep()
 
 
+def _canonicalize() -> Any:
+    from .canonicalize import Canonicalize
+
+    return Canonicalize
+
+
+def _sanitize_names() -> Any:
+    from .names import sanitize_names_pass
+
+    return sanitize_names_pass()
+
+
+# first: what later passes and codegen name after the ONNX inputs must be C identifiers (names.py)
+register_pass("forgekit.SanitizeNames", 0, _sanitize_names)
 register_pass("DecomposeOpsForInference", 0, _relax("DecomposeOpsForInference"))
 register_pass("FoldConstant", 1, _relax("FoldConstant"))
 register_pass("CanonicalizeBindings", 1, _relax("CanonicalizeBindings"))
@@ -127,15 +141,19 @@ register_pass("EliminateCommonSubexpr", 1, _relax("EliminateCommonSubexpr"))
 register_pass("DeadCodeElimination", 1, _relax("DeadCodeElimination"))
 register_pass("forgekit.FoldBatchNorm", 2, _fold_batch_norms)
 register_pass("FoldConstant.2", 2, _relax("FoldConstant"))
+# ToMixedPrecision cannot type a call_tir ("Expected TensorType, but got R.Callable": TVM's ONNX Clip imports as
+# call_tir(maximum/minimum), MobileNetV2's ReLU6 failed for CUDA fp16): the Relax ops they stand for first.
+register_pass("forgekit.Canonicalize.precision", 0, _canonicalize, when=lambda precision, layout: precision == "float16")
+# Before any pass that emits call_tir (FuseTransposeMatmul's NT_matmul failed the same way on attention), after
+# batch-norm folding (on fp32 weights).  Convolutions and matmuls in fp16, accumulation in fp32: the error stays ~1e-3.
+register_pass("ToMixedPrecision", 0, _relax("ToMixedPrecision", out_dtype="float32"),
+              when=lambda precision, layout: precision == "float16")
+register_pass("FoldConstant.precision", 0, _relax("FoldConstant"), when=lambda precision, layout: precision == "float16")
 register_pass("FuseTransposeMatmul", 3, _static_shapes_only("FuseTransposeMatmul"))
 register_pass("CombineParallelMatmul", 3, _relax("CombineParallelMatmul"))
 register_pass("FoldConstant.3", 3, _relax("FoldConstant"))
 register_pass("forgekit.ToNHWC", 0, _to_nhwc, when=lambda precision, layout: layout == "last")
 register_pass("FoldConstant.layout", 0, _relax("FoldConstant"), when=lambda precision, layout: layout == "last")
-# Convolutions and matmuls in fp16, accumulation in fp32: the error stays ~1e-3.
-register_pass("ToMixedPrecision", 0, _relax("ToMixedPrecision", out_dtype="float32"),
-              when=lambda precision, layout: precision == "float16")
-register_pass("FoldConstant.precision", 0, _relax("FoldConstant"), when=lambda precision, layout: precision == "float16")
 # every level and precision; last: ToMixedPrecision cannot type the call_tir it emits, ToNHWC moves the means
 register_pass("forgekit.LongReductions", 0, _long_reductions)
 
