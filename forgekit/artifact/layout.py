@@ -104,3 +104,13 @@ def device_of(meta: dict[str, Any]) -> dict[str, str]:
         return dict(build["device"])
     family = build.get("family")
     return {"os": "android" if family == "android" else "linux", "kind": "cuda" if family == "cuda" else "cpu"}
+
+
+def describe_device(device: dict[str, Any]) -> str:
+    """The GPU a CUDA artifact needs, as its ``build.device`` records it: ``an NVIDIA GPU sm_90 (Hopper) with a
+    CUDA 13.0 driver (R580 or newer)`` (older artifacts record only the kind: ``an NVIDIA GPU``)."""
+    generation = f" ({device['gpu_generation']})" if device.get("gpu_generation") else ""
+    driver = f" (R{device['min_driver']} or newer)" if device.get("min_driver") else ""
+    cuda = f" with a CUDA {device['cuda']} driver{driver}" if device.get("cuda") else ""
+    arch = f" {device['gpu_arch']}" if device.get("gpu_arch") else ""
+    return f"an NVIDIA GPU{arch}{generation}{cuda}"

@@ -187,7 +187,9 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "host": spec.host_dict,
             "target_name": spec.name,
             "family": spec.family,
-            "device": {"os": spec.family_impl.OS, "kind": spec.family_impl.DEVICE},
+            # a GPU family adds what the device needs: gpu_arch, cuda release, min_driver (families/cuda.py)
+            "device": {"os": spec.family_impl.OS, "kind": spec.family_impl.DEVICE,
+                       **(getattr(spec.family_impl, "device_requirements", lambda _spec: {})(spec))},
             "triple": spec.to_dict()["triple"],
             "arch": spec.arch,
             # What the code was tuned for: LLVM CPU name and -mattr features of the CPU code, and the GPU

@@ -213,6 +213,7 @@ def _precision(name: str, float16: bool) -> str:
 
 def _summary(model: str, result: Any, opt_level: int) -> None:
     """The end of a compile: what was built, where, how big, which kernels, and where it runs."""
+    from ..artifact.layout import describe_device
     from ..runtime.cpu import describe_features
     from ..runtime.stats import peak_rss_mb
 
@@ -237,8 +238,12 @@ def _summary(model: str, result: Any, opt_level: int) -> None:
               "the best level a CPU has is loaded)")
     if build.get("arch"):
         features = build.get("cpu_features") or []
-        print(f"runs on:  {describe_features(build['arch'], features) if features else build['arch']}"
-              + (" or better" if levels else "") + (" (metadata.json: build.cpu_features)" if features else ""))
+        host = describe_features(build['arch'], features) if features else build['arch']
+        device = build.get("device") or {}
+        gpu = f"{describe_device(device)}, on a host of " if device.get("kind") == "cuda" else ""
+        print(f"runs on:  {gpu}{host}" + (" or better" if levels else "")
+              + (" (metadata.json: build.device, build.cpu_features)" if gpu else
+                 " (metadata.json: build.cpu_features)" if features else ""))
 
 
 @app.command("quantize-report")

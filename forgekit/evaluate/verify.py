@@ -72,7 +72,11 @@ def device_for(meta: dict[str, Any], log: Callable[[str], None] | None = None) -
     arch = build.get("arch", "")
     device = get_family(build.get("family") or "other").device(arch, log=log)
     if device is None:
-        why = (f"a {build.get('family')} artifact needs its own device" if build.get("family") in ("android", "cuda")
+        if build.get("family") == "cuda":  # what forgekit.runtime says of it, with what the GPU must be
+            from ..runtime.compat import check_runnable
+
+            check_runnable(meta)
+        why = (f"a {build.get('family')} artifact needs its own device" if build.get("family") == "android"
                else f"this machine is {host_arch()} and cannot emulate '{arch}' (only {', '.join(GUESTS)})")
         raise NotAvailableError(f"forgekit cannot run this artifact here: {why}; run it on such a machine "
                                 "(forgekit-run or 'forgekit run').")

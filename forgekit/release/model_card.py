@@ -64,7 +64,7 @@ def _target(build: dict[str, Any]) -> dict[str, Any]:
 
 def requirements(build: dict[str, Any]) -> dict[str, str]:
     """What a device needs to run the artifact: architecture, CPU features, device kind (the runtime checks)."""
-    from ..artifact.layout import device_of
+    from ..artifact.layout import describe_device, device_of
     from ..runtime.cpu import describe_features
 
     arch = str(build.get("arch") or "unknown")
@@ -74,7 +74,9 @@ def requirements(build: dict[str, Any]) -> dict[str, str]:
     levels = [str(v) for v in build.get("levels") or []]
     if len(levels) > 1:  # a portable artifact: the baseline is the requirement, better CPUs load better code
         runs_on += f" or better; levels {', '.join(levels)}, the best the CPU has is loaded"
-    if device.get("kind") != "cpu":
+    if device.get("kind") == "cuda":
+        runs_on = f"{describe_device({'gpu_arch': build.get('gpu_arch'), **device})}, on a host of {runs_on}"
+    elif device.get("kind") != "cpu":
         runs_on += f" + {device.get('kind')} {build.get('gpu_arch') or ''}".rstrip()
     return {"runs_on": runs_on, "os": str(device.get("os", "linux")),
             "features": ", ".join(features) if features else "not recorded (forgekit 0.1 artifact)"}

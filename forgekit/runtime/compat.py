@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..artifact.layout import device_of, shared_weights_file
+from ..artifact.layout import describe_device, device_of, shared_weights_file
 from ..errors import ArtifactError, IncompatibleArtifactError, NotAvailableError
 from .cpu import first_runnable, host_arch, host_features, normalize_arch
 
@@ -48,6 +48,11 @@ def suggest_target(features: frozenset[str] | set[str], arch: str) -> str:
     return "host"
 
 
+def _has_nvidia_gpu() -> bool:
+    """Whether the NVIDIA driver shows a GPU (its device node); no CUDA library is loaded to ask."""
+    return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+
+
 def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str | None = None) -> None:
     """Raise :class:`IncompatibleArtifactError` (one line: what is missing, what to do) unless this machine
     can execute the artifact described by ``meta`` (and ``library``, whose ELF header is read when the
@@ -65,6 +70,10 @@ def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str 
         raise IncompatibleArtifactError(
             f"{what} is an {arch} library and this machine is {here}: run it on the board, or check it here with "
             f"'forgekit verify ARTIFACT --onnx MODEL' (runs it under qemu).")
+    if device.get("kind") == "cuda":
+        gpu = "this machine has one, but" if _has_nvidia_gpu() else "none found here, and"
+        raise NotAvailableError(f"{what} is a CUDA artifact: it needs {describe_device(device)}; {gpu} forgekit's "
+                                "runtime does not run CUDA artifacts yet (docs/deployment.md).")
     if device.get("kind") != "cpu":
         raise NotAvailableError(f"{what} is a {device.get('kind')} artifact: forgekit.runtime runs CPU artifacts "
                                 "only; it needs a GPU machine and its runtime.")

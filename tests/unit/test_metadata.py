@@ -38,7 +38,9 @@ CONTEXT = {
 CUDA_BUILD = {
     **CONTEXT["build"], "target": {"kind": "cuda", "arch": "sm_87"},
     "host": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a78", "mattr": ["+neon", "+dotprod"]},
-    "target_name": "jetson/orin", "family": "cuda", "device": {"os": "linux", "kind": "cuda"},
+    "target_name": "jetson/orin", "family": "cuda",
+    "device": {"os": "linux", "kind": "cuda", "gpu_arch": "sm_87", "gpu_generation": "Ampere", "cuda": "13.0",
+               "min_driver": "580"},
     "triple": "aarch64-linux-gnu", "arch": "aarch64", "cpu": "cortex-a78", "features": ["+neon", "+dotprod"],
     "cpu_features": ["dotprod", "neon"], "gpu_arch": "sm_87",
     "toolchain": {"linker": "aarch64-linux-gnu-g++", "linker_version": "aarch64-linux-gnu-g++ 12",
