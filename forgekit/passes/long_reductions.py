@@ -18,9 +18,8 @@ whose window is the whole map is the mean it is.  The error is then ~(BLOCK + n 
 n * eps; on uniform [0, 1) data (numpy, sequential fp32): 2^20 elements 3.1e-5 -> 4.4e-7, 2^24
 1.1e-5 -> 7.0e-8, and 2^25 ones are exact.  The blocks split the innermost reduced axis that makes them
 long enough, by a divisor of its extent where one exists, else in even blocks whose tail is masked by a
-clamped read (no load past the end; also for a symbolic extent).  Block j of B blocks takes elements j,
-j + B, j + 2B, ...: each step of the block loop reads B consecutive elements, which forgekit's pool rule
-loads as vectors across the blocks (as it does the channels of a pooling window).
+clamped read (no load past the end; also for a symbolic extent); a block of a row keeps 16 interleaved
+partial sums (vector loads, see :func:`block_sums`).
 
 :data:`LONG` = 2^14: below it the sequential error is that of 2^14 additions (3.5e-7 measured on uniform
 data, about what a two-stage sum gives), and every reduction of an ordinary model stays as it was (a ResNet's
@@ -28,7 +27,8 @@ data, about what a two-stage sum gives), and every reduction of an ordinary mode
 A symbolic extent is split only when its ``--dynamic`` upper bound exceeds LONG: the split costs its kernels
 at every size (a dynamic 7x7 pool: 0.07 -> 0.19 ms; a dynamic BERT softmax [1, 12, L, L] at L = 128:
 0.86 -> 1.43 ms with fixed 4096 blocks), too much to pay for a length that is usually short; bound it
-(``--dynamic L=1..100000``) to have it split, pin it to decide by its size.
+(``--dynamic L=1..100000``) to have it split, pin it to decide by its size.  A split symbolic sum also
+compiles slower at levels 3-4 (ReduceSum over L <= 2^23: 0.9 -> 7.4 s, the masked blocks' index arithmetic).
 
 Why not TVM's own: Relax has no blocked-sum pass, ``rfactor`` is a schedule primitive (levels 0-2 schedule
 nothing, and the rules' rfactor partial sums are per vector lane: 16 of them still stall at 2^28); TOPI's
@@ -43,6 +43,8 @@ from typing import Any
 LONG = 1 << 14
 #: elements summed by one stage-1 partial sum (~sqrt(2^24): 2^24 elements give 4096 + 4096 additions)
 BLOCK = 1 << 12
+#: partial sums per block of a row (the split axis innermost): one vector of fp32 on AVX-512 (see block_sums)
+LANES = 16
 _SUM_OPS = ("relax.sum", "relax.mean", "relax.variance")
 _SOFTMAX_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
 _MEAN_OPS = ("relax.nn.avg_pool2d",)
@@ -73,11 +75,10 @@ def _upper(dim: Any, bounds: dict[str, int]) -> int | None:
 
 
 def _divisor(extent: int, want: int) -> int | None:
-    """The largest divisor of ``extent`` in [want / 4, want]: whole blocks, no mask."""
-    for d in range(want, max(1, want // 4) - 1, -1):
-        if extent % d == 0:
-            return d
-    return None
+    """The largest divisor of ``extent`` in [want / 4, want], a multiple of :data:`LANES` if one is: whole
+    blocks, no mask."""
+    found = [d for d in range(want, max(1, want // 4) - 1, -1) if extent % d == 0]
+    return next((d for d in found if d % LANES == 0), found[0] if found else None)
 
 
 def plan(shape: list[Any], axes: list[int], bounds: dict[str, int]) -> tuple[int, int, bool] | None:
@@ -108,17 +109,25 @@ def plan(shape: list[Any], axes: list[int], bounds: dict[str, int]) -> tuple[int
     return None
 
 
-def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool, maximum: bool = False) -> Any:
-    """Stage 1 as a TE compute: the shape of ``x`` with ``axis`` in blocks of ``block`` and the reduced axes
-    after it summed (kept as 1); ``maximum``: their maximum instead (a softmax's, in the same blocks)."""
+def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool, lanes: bool, maximum: bool) -> Any:
+    """Stage 1 as a TE compute: the shape of ``x`` with ``axis`` in blocks of ``block`` (block j: elements
+    j * block ... (j + 1) * block - 1) and the reduced axes after it summed, kept as 1; ``maximum``: their
+    maximum (a softmax's, exact either way).  ``lanes`` (``axis`` innermost, ``block`` a multiple of LANES):
+    each block keeps LANES partial sums of interleaved elements, ``block_sum[j * LANES + l] = sum_k
+    x[j * block + k * LANES + l]``, so each step loads one contiguous vector: the pool rule that takes a lone
+    sum vectorizes across the output (the blocks), and one value per block made it gather 16 rows 16 KB apart
+    (ReduceSum [1, 2^22] at level 3: 4.2 ms with one sum per block, 1.6 ms with 16; one accumulator: 5.1 ms).
+    """
     from tvm import te, tirx
 
     shape = list(x.shape)
     after = [a for a in axes if a > axis]
     out_shape = [1 if a in after else s for a, s in enumerate(shape)]
     whole = isinstance(block, int) and block == 1  # the axis is kept whole: stage 1 sums the axes after it
-    out_shape[axis] = shape[axis] if whole else tirx.indexdiv(shape[axis] + block - 1, block)
-    k = None if whole else te.reduce_axis((0, block), name="k")
+    blocks = shape[axis] if whole else tirx.indexdiv(shape[axis] + block - 1, block)
+    out_shape[axis] = blocks * LANES if lanes else blocks
+    steps = tirx.indexdiv(block, LANES) if lanes else block
+    k = None if whole else te.reduce_axis((0, steps), name="k")
     rest = [te.reduce_axis((0, shape[a]), name=f"r{a}") for a in after]
     combine = te.max if maximum else te.sum
     identity = tirx.min_value(x.dtype) if maximum else tirx.const(0, x.dtype)
@@ -129,7 +138,11 @@ def block_sums(x: Any, axes: list[int], axis: int, block: int, exact: bool, maxi
             index[a] = r
         if k is None:
             return combine(x(*index), axis=rest)
-        pos = k * out_shape[axis] + idx[axis]  # block j: elements j, j + blocks, j + 2 blocks, ... (see docstring)
+        if lanes:
+            j, lane = tirx.indexdiv(idx[axis], LANES), tirx.indexmod(idx[axis], LANES)
+            pos = j * block + k * LANES + lane
+        else:
+            pos = idx[axis] * block + k
         if exact:
             index[axis] = pos
             value = x(*index)
@@ -209,8 +222,11 @@ def _rewriter(mod: Any) -> Any:
                 # a symbolic size is one scalar, not a division per element
                 count_blocks = tirx.indexdiv(shape[axis] + block - 1, block)
                 block = tirx.indexdiv(shape[axis] + count_blocks - 1, count_blocks)
-                block = int(block) if isinstance(block, tirx.IntImm) else block
-            call = self.builder_.call_te(block_sums, x, axes, axis, block, exact, maximum,
+                if isinstance(block, tirx.IntImm):
+                    block = -(-int(block) // LANES) * LANES if axis == len(shape) - 1 else int(block)
+            # symbolic blocks keep the simple layout (the lanes' index arithmetic on them: 18 s to compile)
+            lanes = axis == len(shape) - 1 and isinstance(block, int) and block % LANES == 0
+            call = self.builder_.call_te(block_sums, x, axes, axis, block, exact, lanes, maximum,
                                          primfunc_name_hint="block_max" if maximum else "block_sum")
             # a reduction (kCommReduce) whatever its index arithmetic: AnnotateTIROpPattern calls a read of
             # x[j * block + k] out-fusable (like a conv), and FuseOps then kept softmax's exp out of it
@@ -258,10 +274,10 @@ def _rewriter(mod: Any) -> Any:
                 return self.long_mean(emit(R.multiply(dev, dev)), axes, keepdims)
             # softmax as TOPI computes it: exp(x - max) / sum(exp(x - max)); log_softmax: x - max - log(sum).
             # exp is computed again by the normalization, so that it fuses into both kernels instead of being
-            # a 16 MB write and two reads per 2^22 row.  Still 3 passes over the row where TVM's softmax
-            # kernel makes them in one: softmax [1, 2^15] 0.06 -> 0.11 ms, [1, 2^22] 6.7 -> 12.4 ms at
-            # level 3 (the max and both blocked kernels run PoolRule's gather-free but serial-per-lane loops).
-            top = emit(R.max(x, axes, True))
+            # a 16 MB write and two reads per 2^22 row.  Still 3 passes over the row where TVM's softmax kernel
+            # makes them in one, and 5 kernels: softmax [1, 2^22] 6.5 -> 6.9 ms, [1, 2^15] 0.062 -> 0.086 ms
+            # at level 3 (a serial max and a stored exp: 12.4 ms at 2^22).
+            top = emit(self.long_sum(x, axes, True, maximum=True))  # exact either way: in blocks for speed
             total = emit(self.long_sum(emit(R.exp(emit(R.subtract(x, top)))), axes, True))
             if name == "relax.nn.softmax":
                 return R.divide(emit(R.exp(emit(R.subtract(x, top)))), total)
