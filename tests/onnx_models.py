@@ -18,6 +18,13 @@ def _model(nodes, inputs, outputs, inits, opset=14, extra_opsets=()):
     return m
 
 
+def constant_op_model(op: str, value: float, shape=(4, 4)):
+    """y = op(x, w) with w a constant of ``value``: outputs that tell two builds of one graph apart."""
+    w = numpy_helper.from_array(np.full(shape, value, np.float32), "w")
+    return _model([helper.make_node(op, ["x", "w"], ["y"])], [helper.make_tensor_value_info("x", F32, list(shape))],
+                  [helper.make_tensor_value_info("y", F32, list(shape))], [w], opset=17)
+
+
 def rnn_model(
     kind="LSTM",
     direction="forward",

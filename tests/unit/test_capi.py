@@ -333,20 +333,12 @@ def test_a_replaced_artifact_is_loaded_anew(capi, tmp_path) -> None:
     """fk_open of an artifact recompiled at the same path while a handle on the old one is open: the new library
     (dlopen returned the old one for the same path string), also after `cp` onto the loaded file (same inode)."""
     import forgekit
-
-    def add_model(value: float) -> onnx.ModelProto:
-        w = numpy_helper.from_array(np.full((4, 4), value, np.float32), "w")
-        graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "add",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], [w])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
-        return model
+    from onnx_models import constant_op_model
 
     out = tmp_path / "out"
-    forgekit.from_onnx(add_model(2.0)).compile(target="host", output_path=out)
+    forgekit.from_onnx(constant_op_model("Add", 2.0)).compile(target="host", output_path=out)
     for value, (name, replace) in zip((3.0, 5.0), [("recompiled", None), ("copied", "cp")]):
-        forgekit.from_onnx(add_model(value)).compile(target="host", output_path=tmp_path / name)
+        forgekit.from_onnx(constant_op_model("Add", value)).compile(target="host", output_path=tmp_path / name)
         program = build_program(SOURCE_DIR / "tests" / "capi_check.c", capi)
         proc = subprocess.Popen([str(program), str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "FK_CHECK_RELOAD": "1"})

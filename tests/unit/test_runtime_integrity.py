@@ -12,22 +12,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import forgekit as forge
 from forgekit.errors import ArtifactError
+from onnx_models import constant_op_model
 from forgekit.runtime import Engine
 
 
 def scale_model(factor: float) -> onnx.ModelProto:
     """y = x * w with w a 64 KiB constant of ``factor``: the weights are in the library."""
-    w = numpy_helper.from_array(np.full((128, 128), factor, np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "scale",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [128, 128])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 128])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return constant_op_model("Mul", factor, (128, 128))
 
 
 def flip_byte(path: Path, where: float = 0.5) -> None:
