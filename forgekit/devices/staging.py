@@ -35,8 +35,9 @@ def stage_artifact(library: Path, meta_path: Path | None, dest: Path, key_path: 
     sources = [library if name == LIBRARY_FILE else library.parent / name for name in names]
     if not crypto.is_encrypted(library):
         # the user's files checked, so a damaged one is named as it is, not as its staged copy
+        digests = library_digests(meta)
         for source in sources:
-            check_digest(source, library_digests(meta).get(source.name))
+            check_digest(source, digests.get(source.name))
         for name, source in zip(names, sources):
             shutil.copy2(source, dest / name)
         return dest
