@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 ModelArg = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="ONNX file or sample:NAME (LEIP spelling: --input_path MODEL).")]
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", metavar="DEV", help="cpu, cuda or cuda:N (default: what the artifact was built for).")]
 InputPathOpt = Annotated[Optional[str], typer.Option("--input_path", "--input-path", metavar="MODEL", hidden=True)]
 ShapeOpt = Annotated[Optional[list[str]], typer.Option(
     "--input-shape", "--input_shape", metavar="NAME=DIMS",

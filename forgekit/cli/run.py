@@ -11,7 +11,7 @@ import typer
 
 from ..errors import UsageError
 from .app import app, command
-from .options import InputOpt, KeyOpt, PasswordFileOpt, fmt_shape, password_if_encrypted, read_input_files
+from .options import DeviceOpt, InputOpt, KeyOpt, PasswordFileOpt, fmt_shape, password_if_encrypted, read_input_files
 
 
 def load_inputs(engine: Any, specs: list[str] | None, random: bool) -> list[np.ndarray]:
@@ -51,12 +51,13 @@ def run(
     bench: Annotated[int, typer.Option("--bench", min=0, metavar="N", help="Also time N runs.")] = 10,
     key: KeyOpt = None,
     password_file: PasswordFileOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Run an artifact on inputs, print a summary of the outputs and the latency."""
     from ..runtime import Engine
 
     start = time.perf_counter()
-    engine = Engine(artifact, key_path=key, password=password_if_encrypted(artifact, password_file))
+    engine = Engine(artifact, key_path=key, password=password_if_encrypted(artifact, password_file), device=device)
     load_ms = (time.perf_counter() - start) * 1e3
     feeds = load_inputs(engine, inputs, random)
     outputs = engine.infer(*feeds)
@@ -79,5 +80,7 @@ def run(
         print(f"latency: median {stats['median_ms']:.2f} ms, p90 {stats['p90_ms']:.2f} ms over {bench} runs "
               f"(load {load_ms:.0f} ms)")
     print(f"artifact: {Path(artifact).absolute()}")
+    if engine.device_name:  # a CUDA artifact: which GPU ran it
+        print(f"device: {engine.device} ({engine.device_name})")
     if engine.level is not None:  # a portable artifact: which of its instruction-set levels this CPU runs
         print(f"level: {engine.level} ({engine.library_path.name}), chosen for this CPU")

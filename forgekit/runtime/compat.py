@@ -15,6 +15,7 @@ from typing import Any
 from ..artifact.layout import describe_device, device_of, shared_weights_file
 from ..errors import ArtifactError, IncompatibleArtifactError, NotAvailableError
 from .cpu import first_runnable, host_arch, host_features, normalize_arch
+from .device import has_nvidia_gpu
 
 #: ELF e_machine -> architecture, for a library given without metadata
 _ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm", 0x03: "x86", 0xF3: "riscv64"}
@@ -48,11 +49,6 @@ def suggest_target(features: frozenset[str] | set[str], arch: str) -> str:
     return "host"
 
 
-def _has_nvidia_gpu() -> bool:
-    """Whether the NVIDIA driver shows a GPU (its device node); no CUDA library is loaded to ask."""
-    return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
-
-
 def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str | None = None) -> None:
     """Raise :class:`IncompatibleArtifactError` (one line: what is missing, what to do) unless this machine
     can execute the artifact described by ``meta`` (and ``library``, whose ELF header is read when the
@@ -70,13 +66,14 @@ def check_runnable(meta: dict[str, Any], library: Path | None = None, name: str 
         raise IncompatibleArtifactError(
             f"{what} is an {arch} library and this machine is {here}: run it on the board, or check it here with "
             f"'forgekit verify ARTIFACT --onnx MODEL' (runs it under qemu).")
-    if device.get("kind") == "cuda":
-        gpu = "this machine has one, but" if _has_nvidia_gpu() else "none found here, and"
-        raise NotAvailableError(f"{what} is a CUDA artifact: it needs {describe_device(device)}; {gpu} forgekit's "
-                                "runtime does not run CUDA artifacts yet (docs/deployment.md).")
+    if device.get("kind") == "cuda":  # the GPU itself and its libraries: forgekit.runtime.device, when loading
+        if not has_nvidia_gpu():
+            raise NotAvailableError(f"{what} is a CUDA artifact: it needs {describe_device(device)}; none found here: "
+                                    "run it on a machine with one.")
+        return
     if device.get("kind") != "cpu":
-        raise NotAvailableError(f"{what} is a {device.get('kind')} artifact: forgekit.runtime runs CPU artifacts "
-                                "only; it needs a GPU machine and its runtime.")
+        raise NotAvailableError(f"{what} is a {device.get('kind')} artifact: forgekit.runtime runs CPU and CUDA "
+                                "artifacts only.")
     required = [str(f) for f in build.get("cpu_features") or []]
     have = host_features()
     if not required or not have:  # an older artifact, or a CPU that cannot be asked: nothing to compare

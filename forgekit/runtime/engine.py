@@ -2,8 +2,9 @@
 
 It loads ``libtvm_runtime.so`` next to ``tvm_ffi`` and drives the Relax VM through its packed functions,
 so a deployment needs ``apache-tvm-ffi``, numpy and the runtime library only.  Before any of the
-artifact's code runs it checks that this machine can execute it (:mod:`.compat`); inputs are checked
-against the metadata (:mod:`.inputs`) and copied into aligned buffers (:mod:`.loader`).
+artifact's code runs it checks that this machine can execute it (:mod:`.compat`; for CUDA artifacts the GPU
+and its libraries too, :mod:`.device`); inputs are checked against the metadata (:mod:`.inputs`) and copied
+into aligned buffers (:mod:`.loader`), or onto the GPU (:mod:`.transfer`) unless they are there already.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import numpy as np
 from ..artifact.layout import SHARED_WEIGHTS_CHECK, read_metadata, resolve, shared_weights_file
 from ..errors import INDEX_ERROR_MARKER, ArtifactError, InputError
 from .compat import check_runnable, check_size, choose_library
+from .device import DL_CPU, Device, ensure_cuda, parse_device
 from .inputs import check_inputs, example_inputs
 from .integrity import check_files, load_path
-from .loader import aligned_copy, ensure_runtime
+from .loader import aligned_copy, ensure_runtime, runtime_library
 from .stats import latency_stats, time_calls
+from .transfer import check_device_inputs, on_device, synchronizer, to_numpy
 
-_DLPACK_CPU = 1
 _POOLED_ALLOCATOR = 2
 
 
@@ -37,24 +39,36 @@ class Engine:
         For encrypted artifacts: the key file (default: ``modelKey.bin`` next to the library) and the
         password (default: ``$FORGEKIT_ENCRYPT_PASSWORD``).  The library is decrypted into an anonymous
         memory file and loaded from there; the plaintext never touches a disk.
+    device:
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default: what the artifact was built for.  A CUDA engine takes
+        numpy arrays (copied to the GPU) or DLPack tensors already on its GPU (torch, cupy: no copy), and
+        :meth:`infer` returns numpy arrays, or tensors on the GPU with ``as_numpy=False``.
 
     Raises
     ------
     ArtifactError
         Missing or broken artifact; :class:`~forgekit.errors.IncompatibleArtifactError` when it was built
         for another architecture or for CPU features this CPU lacks (checked before any code runs).
+    NotAvailableError
+        A CUDA artifact where the GPU, its driver or the CUDA runtime library is missing (one line: which).
     """
 
-    def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None,
+                 device: str | None = None) -> None:
         self.path = Path(path)
         library, meta_path = resolve(self.path)
         self.metadata: dict[str, Any] = read_metadata(meta_path) if meta_path else {}
+        #: where the model runs (``cpu`` or ``cuda:N``)
+        self.device: Device = parse_device(device, self.metadata)
         check_runnable(self.metadata, library, str(path))
         #: the instruction-set level chosen for this CPU (portable artifacts; None for single-ISA ones)
         library, self.level = choose_library(self.metadata, library, str(path))
         check_size(self.metadata, library)
         self.library_path = library
         ensure_runtime()
+        #: the GPU's name (None on the CPU)
+        self.device_name = (ensure_cuda(self.metadata, self.device, str(path), runtime_library().parent)
+                            if self.device.kind == "cuda" else None)
         from .. import crypto  # only encrypted artifacts need `cryptography`
 
         self.encrypted = crypto.is_encrypted(library)
@@ -73,7 +87,9 @@ class Engine:
                 # a portable artifact's shared weights file: mapped and checked now, not at the first inference
                 module.get_function(SHARED_WEIGHTS_CHECK, True)()
             self._vm = module["vm_load_executable"]()
-            self._vm["vm_initialization"](_DLPACK_CPU, 0, _POOLED_ALLOCATOR, _DLPACK_CPU, 0, _POOLED_ALLOCATOR)
+            # the model's device, then the host (shape functions and scalars live there)
+            self._vm["vm_initialization"](self.device.dlpack_type, self.device.index, _POOLED_ALLOCATOR,
+                                          DL_CPU, 0, _POOLED_ALLOCATOR)
             self._main = self._vm["main"]
         except crypto.EncryptionError:
             raise
@@ -82,6 +98,7 @@ class Engine:
         except Exception as exc:
             raise ArtifactError(f"Cannot load '{library}': {str(exc).strip().splitlines()[0]}") from exc
         self._module = module  # keeps the shared library loaded as long as the VM lives
+        self._sync = synchronizer(self.device)
         model = self.metadata.get("model", {})
         self._inputs = model.get("inputs", [])
         self._outputs = model.get("outputs", [])
@@ -95,8 +112,9 @@ class Engine:
     output_dtypes = property(lambda self: [t["dtype"] for t in self._outputs], doc="Output dtypes.")
 
     # ------------------------------------------------------------------ inference
-    def arrange(self, args: tuple[Any, ...]) -> list[np.ndarray]:
-        """Inputs given positionally or as one ``{name: array}`` dict, checked and aligned, in input order."""
+    def arrange(self, args: tuple[Any, ...]) -> list[Any]:
+        """Inputs given positionally or as one ``{name: array}`` dict, checked and aligned, in input order (tensors
+        already on this engine's GPU are checked and kept as they are)."""
         if len(args) == 1 and isinstance(args[0], Mapping):
             feeds = dict(args[0])
             unknown = sorted(set(feeds) - set(self.input_names))
@@ -107,28 +125,42 @@ class Engine:
             arrays = [feeds[n] for n in self.input_names]
         else:
             arrays = list(args)
+        ranges = self.metadata.get("model", {}).get("dynamic")
+        if self.device.kind != "cpu" and any(on_device(a, self.device) for a in arrays):
+            return check_device_inputs(self._inputs, arrays, self.device, ranges)
         if self._inputs:
-            arrays = check_inputs(self._inputs, arrays, self.metadata.get("model", {}).get("dynamic"))
+            arrays = check_inputs(self._inputs, arrays, ranges)
         return [aligned_copy(np.asarray(a)) for a in arrays]
 
-    def infer(self, *inputs: Any) -> list[np.ndarray]:
+    def _arguments(self, inputs: tuple[Any, ...]) -> list[Any]:
+        """The VM's arguments: tensors on this engine's device (host arrays copied there)."""
+        from .transfer import device_tensor
+
+        return [device_tensor(a, self.device) for a in self.arrange(inputs)]
+
+    def infer(self, *inputs: Any, as_numpy: bool = True) -> list[Any]:
         """Run the model on arrays given positionally or as one ``{name: array}`` dict.
 
-        Returns the outputs as a list of numpy arrays (copies: they stay valid after the next call).
+        Returns the outputs as a list of numpy arrays (copies: they stay valid after the next call); with
+        ``as_numpy=False``, as tensors on the engine's device (DLPack: ``torch.from_dlpack(t)``, no copy).
         """
-        import tvm_ffi
-
-        arrays = self.arrange(inputs)
-        return _flatten(_run(self._main, [tvm_ffi.from_dlpack(a) for a in arrays]))
+        outputs = _flatten(_run(self._main, self._arguments(inputs)))
+        return [to_numpy(t) for t in outputs] if as_numpy else outputs
 
     def prepared_call(self, *inputs: Any) -> Any:
-        """A zero-argument function running the model on ``inputs`` (checked and converted once): what a
-        timer calls, so only the model's own time is measured."""
-        import tvm_ffi
+        """A zero-argument function running the model on ``inputs`` (checked and converted once, on the device
+        already) and waiting for the device to finish: what a timer calls, so only the model's time is measured."""
+        args = self._arguments(inputs)
+        main, sync = self._main, self._sync
+        if sync is None:
+            return lambda: _run(main, args)
 
-        args = [tvm_ffi.from_dlpack(a) for a in self.arrange(inputs)]
-        main = self._main
-        return lambda: _run(main, args)
+        def call() -> Any:
+            result = _run(main, args)
+            sync()
+            return result
+
+        return call
 
     def set_instrument(self, instrument: Any) -> None:
         """Call ``instrument(func, symbol, before, result, *args)`` around every kernel and runtime call the
@@ -191,7 +223,8 @@ def _run(main: Any, args: list[Any]) -> Any:
         raise
 
 
-def _flatten(result: Any) -> list[np.ndarray]:
+def _flatten(result: Any) -> list[Any]:
+    """The VM's result (a tensor or nested tuples of them) as a flat list of tensors."""
     if hasattr(result, "__dlpack__"):
-        return [np.from_dlpack(result).copy()]
+        return [result]
     return [a for item in result for a in _flatten(item)]

@@ -37,6 +37,12 @@ ROOT = HERE.parents[1]  # the repository: forgekit/ lives here
 RUNTIME_LIBRARY = "libtvm_runtime.so"
 LIBRARY_DEST = "forgekit/runtime/lib/" + RUNTIME_LIBRARY  # where forgekit.runtime.loader looks first
 TVM_LIBRARY = "tvm/lib/" + RUNTIME_LIBRARY
+# TVM's CUDA runtime (0.4 MB): what runs a CUDA artifact's kernels (forgekit.runtime.device loads it only for
+# those).  It links libcudart.so.13, which the `cuda` extra brings (NVIDIA's wheel) and a CUDA machine may
+# have already; the driver's libcuda.so.1 comes with the driver.
+CUDA_LIBRARY = "libtvm_runtime_cuda.so"
+TVM_CUDA_LIBRARY = "tvm/lib/" + CUDA_LIBRARY
+CUDA_DEST = "forgekit/runtime/lib/" + CUDA_LIBRARY
 TVM_LICENSES = ("tvm/LICENSE", "tvm/NOTICE")  # Apache-2.0 asks redistributions to carry both
 # ELF e_machine of each wheel architecture: a tag that lies about the library's machine fails the build.
 ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
@@ -54,6 +60,7 @@ class TvmSource:
     tags: tuple[str, ...]  # the apache-tvm wheel's tags, e.g. py3-none-manylinux_2_28_x86_64
     library: bytes
     licenses: dict[str, bytes]
+    cuda_library: bytes | None = None  # absent from TVM wheels built without CUDA
 
 
 def config() -> dict:
@@ -144,8 +151,10 @@ def tvm_from_installed() -> TvmSource:
                          "--tvm-wheel (FORGEKIT_TVM_WHEEL)") from None
     wheel = dist.read_text("WHEEL") or ""
     read = lambda rel: Path(dist.locate_file(rel)).read_bytes()  # noqa: E731
+    cuda = Path(dist.locate_file(TVM_CUDA_LIBRARY))
     return TvmSource(dist.version, _tags(wheel), read(TVM_LIBRARY),
-                     {rel: read(rel) for rel in TVM_LICENSES if Path(dist.locate_file(rel)).is_file()})
+                     {rel: read(rel) for rel in TVM_LICENSES if Path(dist.locate_file(rel)).is_file()},
+                     cuda.read_bytes() if cuda.is_file() else None)
 
 
 def tvm_from_wheel(path: Path) -> TvmSource:
@@ -157,7 +166,8 @@ def tvm_from_wheel(path: Path) -> TvmSource:
         if info is None or TVM_LIBRARY not in names:
             raise BuildError(f"'{path.name}' is not an apache-tvm wheel (no {TVM_LIBRARY})")
         return TvmSource(info.group(1), _tags(wheel.read(info.group(0)).decode()), wheel.read(TVM_LIBRARY),
-                         {rel: wheel.read(rel) for rel in TVM_LICENSES if rel in names})
+                         {rel: wheel.read(rel) for rel in TVM_LICENSES if rel in names},
+                         wheel.read(TVM_CUDA_LIBRARY) if TVM_CUDA_LIBRARY in names else None)
 
 
 def _tags(wheel_file: str) -> tuple[str, ...]:
@@ -183,9 +193,12 @@ def _metadata(project: dict, version_: str, tvm_version: str) -> str:
              f"Summary: {project['description']}", f"License: {project['license']}",
              f"Requires-Python: {project['requires-python']}"]
     lines += [f"Requires-Dist: {dep}" for dep in project["dependencies"]]
+    for extra, deps in project.get("optional-dependencies", {}).items():
+        lines += [f"Provides-Extra: {extra}"] + [f'Requires-Dist: {dep}; extra == "{extra}"' for dep in deps]
     body = (f"forgekit's deployment runtime: `from forgekit.runtime import Engine` loads a forgekit artifact "
             f"(plain or encrypted), reads its metadata, runs and benchmarks it.  It carries libtvm_runtime.so "
-            f"from apache-tvm {tvm_version} and needs no TVM compiler.\n")
+            f"and libtvm_runtime_cuda.so from apache-tvm {tvm_version} and needs no TVM compiler.  CUDA "
+            f"artifacts: `pip install 'forgekit-runtime[cuda]'` (NVIDIA's CUDA runtime) and an NVIDIA driver.\n")
     return "\n".join(lines + ["Description-Content-Type: text/markdown", "", body])
 
 
@@ -206,6 +219,8 @@ def build(output: Path, tvm_wheel: Path | None = None) -> Path:
     dist_info = f"forgekit_runtime-{version_}.dist-info"
     files = {p.relative_to(ROOT).as_posix(): p.read_bytes() for p in closure(cfg["roots"], cfg["allowed-imports"])}
     files[LIBRARY_DEST] = source.library
+    if source.cuda_library is not None:
+        files[CUDA_DEST] = source.cuda_library
     files.update({f"{dist_info}/licenses/{rel}": data for rel, data in source.licenses.items()})
     files[f"{dist_info}/METADATA"] = _metadata(project, version_, source.version).encode()
     files[f"{dist_info}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: forgekit runtime/python/build_wheel.py\n"

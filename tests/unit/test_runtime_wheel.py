@@ -85,6 +85,7 @@ def test_wheel_is_small_holds_the_repository_runtime_and_no_compiler(wheel: Path
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if not n.startswith(dist_info)]
         assert "forgekit/runtime/engine.py" in names and "forgekit/runtime/lib/libtvm_runtime.so" in names
+        assert "forgekit/runtime/lib/libtvm_runtime_cuda.so" in names  # CUDA artifacts (issue 36)
         assert all(n.startswith(ALLOWED) for n in names), names
         # One Engine: each module is this checkout's file, byte for byte (closure, not a copy kept by hand).
         for name in (n for n in names if n.endswith(".py")):
@@ -103,9 +104,15 @@ def test_wheel_is_small_holds_the_repository_runtime_and_no_compiler(wheel: Path
                 if l.startswith("Tag:")]
     assert [l for l in wheel_file.splitlines() if l.startswith("Tag:")] == tvm_tags
     # The runtime's pins are the full forgekit's: an artifact runs against the tvm-ffi it was compiled with.
-    main = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    main = project["dependencies"]
     requires = [l.removeprefix("Requires-Dist: ") for l in metadata.splitlines() if l.startswith("Requires-Dist:")]
-    assert requires and all(r in main for r in requires), (requires, main)
+    plain = [r for r in requires if "; extra ==" not in r]
+    assert plain and all(r in main for r in plain), (plain, main)
+    # The `cuda` extra brings the CUDA runtime the compiler's own `cuda` extra pins (libcudart.so.13).
+    cuda = [r.split(";")[0] for r in requires if r.endswith('extra == "cuda"')]
+    assert "Provides-Extra: cuda" in metadata and cuda and all(r in project["optional-dependencies"]["cuda"]
+                                                                for r in cuda), cuda
 
 
 def test_runtime_library_needs_only_tvm_ffi_and_the_system(wheel: Path, tmp_path: Path) -> None:
@@ -238,6 +245,41 @@ def test_resnet50_import_and_load_take_well_under_a_second(runtime_python, tmp_p
     model_proto = onnx.load(model)
     expected = ort_run(model_proto, {model_proto.graph.input[0].name: x})[0]
     assert_close(np.load(tmp_path / "out.npy"), expected)
+
+
+CUDA_PART = """
+import ctypes, json, subprocess, sys
+from pathlib import Path
+import forgekit.runtime
+from forgekit.runtime.device import _wheel_cudart
+lib = Path(forgekit.runtime.__file__).with_name("lib") / "libtvm_runtime_cuda.so"
+cudart = _wheel_cudart()
+ctypes.CDLL(str(cudart))  # NVIDIA's wheel, found where pip put it
+run = subprocess.run([sys.executable, "-c", "from forgekit.runtime import Engine; Engine('cuda_artifact')"],
+                     capture_output=True, text=True)
+print(json.dumps({"lib": lib.is_file(), "cudart": str(cudart), "rc": run.returncode, "stderr": run.stderr}))
+"""
+
+
+def test_cuda_part_installs_without_tvm_and_explains_a_missing_gpu(wheel, runtime_python, convnet_path,
+                                                                  tmp_path) -> None:
+    """``forgekit-runtime[cuda]`` in a fresh venv without apache-tvm: TVM's CUDA runtime is in the wheel,
+    NVIDIA's libcudart.so.13 comes with the extra and loads, and on this GPU-less machine a CUDA artifact is one
+    NotAvailableError line (exit 12 from the CLI) that names the GPU it needs."""
+    from forgekit.backends.cuda.nvcc import _wheel_nvcc
+
+    if not (os.environ.get("CUDA_HOME") or shutil.which("nvcc") or _wheel_nvcc()):
+        pytest.skip("needs nvcc (pip install 'forgekit[cuda]') to build the CUDA artifact")
+    import forgekit
+
+    forgekit.from_onnx(convnet_path).compile(target="cuda/sm_90", output_path=tmp_path / "cuda_artifact")
+    pip = subprocess.run([str(runtime_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                          f"{wheel}[cuda]"], capture_output=True, text=True, env=_clean_env(), timeout=600)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    info = run_in_venv(runtime_python, CUDA_PART, tmp_path)
+    assert info["lib"] and "nvidia" in info["cudart"], info
+    lines = [ln for ln in info["stderr"].splitlines() if ln.strip()]
+    assert info["rc"] != 0 and "NotAvailableError" in lines[-1] and "needs an NVIDIA GPU sm_90" in lines[-1], lines
 
 
 def test_build_refuses_a_runtime_that_imports_the_compiler(tmp_path, monkeypatch) -> None:

@@ -71,6 +71,11 @@ class CudaFamily:
         arch, fast_math = spec.cuda_arch, opt_level >= 4
         return {"fpack_imports": devpack.pack_imports(lambda source: nvcc.compile_fatbin(source, arch, fast_math))}
 
-    def device(self, arch: str, log: Callable[[str], None] | None = None) -> None:
-        """forgekit runs no CUDA artifact on this machine (it has no GPU runtime of its own)."""
-        return None
+    def device(self, arch: str, log: Callable[[str], None] | None = None) -> Any:
+        """This machine when it is the artifact's host architecture and has an NVIDIA GPU (the Engine loads the
+        CUDA runtime and checks the GPU's architecture); None elsewhere (verify says what it needs)."""
+        from ...devices.local import LocalDevice
+        from ...runtime.cpu import host_arch
+        from ...runtime.device import has_nvidia_gpu
+
+        return LocalDevice() if arch == host_arch() and has_nvidia_gpu() else None
