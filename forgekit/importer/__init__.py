@@ -40,6 +40,7 @@ from .check import (
 )
 from .errors import (
     ConversionError,
+    DynamicDimensionError,
     DynamicShapeError,
     ImportErrorBase,
     PrepareError,
@@ -64,6 +65,7 @@ __all__ = [
     "DYNAMIC_INPUT",
     "EXTRA_CONVERTERS",
     "ConversionError",
+    "DynamicDimensionError",
     "DynamicShapeError",
     "Finding",
     "ImportErrorBase",

@@ -163,6 +163,7 @@ def convert(
     from tvm.relax.frontend.onnx import from_onnx
 
     from .converters import loop, patched_frontend
+    from .converters.branches import runtime_failing_branches
 
     ops = unsupported_ops(model, extra_converters)
     if ops:
@@ -181,7 +182,8 @@ def convert(
     symbols: dict[str, Any] = {}
     token = loop.set_subgraph_importer(list(model.opset_import), import_body)
     try:
-        with patched_frontend(extra_converters), contextlib.redirect_stdout(sink), warnings.catch_warnings():
+        with patched_frontend(extra_converters), runtime_failing_branches(model), contextlib.redirect_stdout(sink), \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = from_onnx(model, **from_onnx_kwargs)
     except ConversionError as exc:

@@ -10,6 +10,7 @@ class                          exit  meaning
 :class:`DynamicShapeError`      3    input dimensions must be pinned before import
 :class:`UnsupportedOperatorsError`  4  operators nothing can convert (all listed at once)
 :class:`ConversionError`        4    a converter failed on one node (named in the message)
+:class:`DynamicDimensionError`  3    the node converts at fixed sizes, not with its dimensions dynamic
 =============================  ====  ===================================================
 
 Each message is one line that says what is wrong and what to do about it.
@@ -96,6 +97,17 @@ class ConversionError(ImportErrorBase, UnsupportedOperatorError):
     def with_context(self, where: str | None = None, hint: str | None = None) -> ConversionError:
         """The same failure, re-worded for ``where`` (e.g. the file) and with another hint."""
         return ConversionError(self.op_type, self.node_name, self.detail, hint or self.hint, where)
+
+
+class DynamicDimensionError(ConversionError):
+    """A node that converts once some input dimensions are pinned but not with them dynamic (exit code 3,
+    as :class:`DynamicShapeError`): every operator is supported, so exit 4 ("unsupported operators") would
+    send the user to the exporter for nothing.  The hint names the fix that was checked by importing."""
+
+    exit_code = 3
+
+    def with_context(self, where: str | None = None, hint: str | None = None) -> DynamicDimensionError:
+        return DynamicDimensionError(self.op_type, self.node_name, self.detail, hint or self.hint, where)
 
 
 class PrepareError(ImportErrorBase):

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 from .. import interrupts, log
 from ..description import TensorInfo
 from ..errors import ForgekitError, ModelLoadError
-from .errors import REPORT_HINT, ConversionError, ImportErrorBase, PrepareError, UnsupportedOperatorsError
+from .errors import REPORT_HINT, ConversionError, DynamicDimensionError, ImportErrorBase, PrepareError
+from .errors import UnsupportedOperatorsError
 from .errors import one_line
 from .load import OnnxSource, graph_inputs, graph_outputs, load_onnx, normalize_shape_dict
 
@@ -85,8 +86,10 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None, a
                 mod = fold_constants_numpy(canonicalize(mod))
     except ConversionError as exc:
         interrupts.check(exc)
-        hint = checked_advice(source, inputs, lambda candidate: import_source(
-            candidate, extra_converters=extra_converters, advise=False)) if advise and not from_onnx_kwargs else None
+        hint, fixed = checked_advice(source, inputs, lambda candidate: import_source(
+            candidate, extra_converters=extra_converters, advise=False)) if advise and not from_onnx_kwargs else (None, False)
+        if fixed:  # every operator converts, at fixed sizes: a dynamic-dimension limit, not an unsupported op
+            raise DynamicDimensionError(exc.op_type, exc.node_name, exc.detail, hint, where) from None
         raise exc.with_context(where, hint) from None
     except ImportErrorBase:
         raise

@@ -22,7 +22,9 @@ Reshape (PP-OCRv6 rec).
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
@@ -78,7 +80,7 @@ class Range(_fe.Range):
         return super()._impl_v12(bb, inputs, attr, params)
 
 
-def _shape_values(x, params):
+def shape_values(x, params):
     """The values of a ShapeExpr or of a rank-0/1 integer constant, else None."""
     if isinstance(x, relax.ShapeExpr):
         return list(x.values)
@@ -94,9 +96,62 @@ class Concat(_fe.Concat):
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
         if any(isinstance(x, relax.ShapeExpr) for x in inputs):
-            parts = [_shape_values(x, params) for x in inputs]
+            parts = [shape_values(x, params) for x in inputs]
             if all(p is not None for p in parts):
                 return relax.ShapeExpr([v for p in parts for v in p])
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+def _known_equal(a, b) -> bool | None:
+    """``a == b`` for two shape values when it is known at import time (a dimension is never negative)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if tvm_ffi.structural_equal(a, b):
+        return True
+    if isinstance(a, int) and a < 0 or isinstance(b, int) and b < 0:
+        return False
+    return None
+
+
+class Equal(_fe.Equal):
+    """``Equal(shape, -1)`` (torch's ``expand(-1, ...)`` with traced sizes: ``Where(Equal(size, -1), 1, size)``)
+    is known at import time: a dimension is never negative.  TVM's converter takes no scalar here, and it
+    says ``N == 1`` is false for a symbolic ``N``; a comparison it cannot know stays a runtime tensor."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        if any(isinstance(x, relax.ShapeExpr) for x in inputs):
+            lhs, rhs = (_values(x, params) for x in inputs)
+            if lhs is not None and rhs is not None and (len(lhs) == len(rhs) or 1 in (len(lhs), len(rhs))):
+                n = max(len(lhs), len(rhs))
+                known = [_known_equal(a, b) for a, b in zip(lhs * n if len(lhs) == 1 else lhs,
+                                                            rhs * n if len(rhs) == 1 else rhs)]
+                if None not in known:
+                    return relax.const(np.array(known, bool), "bool")
+            inputs = [bb.normalize(relax.op.shape_to_tensor(x)) if isinstance(x, relax.ShapeExpr) else x
+                      for x in inputs]
+            return relax.op.equal(*inputs)
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
+def _values(x, params) -> list | None:
+    """:func:`shape_values`, with Python ints for static entries (and a 0-d constant as one value)."""
+    values = shape_values(x, params)
+    return None if values is None else [int(v) if isinstance(v, (int, tvm.tirx.IntImm)) else v for v in values]
+
+
+class Gather(_fe.Gather):
+    """A one-dimensional constant index into a shape keeps a ShapeExpr (``Gather(Shape(s), [1])`` is ``[S]``);
+    TVM's converter keeps only a 0-d index as a value and gathers from a runtime tensor otherwise, after
+    which an Expand or Reshape to the result gets fresh symbols no later shape can match."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data, index = inputs[0], _fe.get_constant(inputs[1], params)
+        if isinstance(data, relax.ShapeExpr) and isinstance(index, tvm.ir.GenericConst):
+            value = index.value.numpy()
+            if value.ndim == 1 and value.dtype.kind in "iu" and all(-len(data) <= int(i) < len(data) for i in value):
+                return relax.ShapeExpr([data.values[int(i)] for i in value])
         return super()._impl_v13(bb, inputs, attr, params)
 
 
@@ -104,7 +159,7 @@ class Reshape(_fe.Reshape):
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
         data = inputs[0]
-        target = _shape_values(inputs[1], params) if not isinstance(inputs[1], relax.ShapeExpr) else None
+        target = shape_values(inputs[1], params) if not isinstance(inputs[1], relax.ShapeExpr) else None
         if tvm.ir.is_prim_expr(data) and not isinstance(data, relax.ShapeExpr) and target is not None:
             if target == []:
                 return data
@@ -113,4 +168,5 @@ class Reshape(_fe.Reshape):
         return super()._impl_v13(bb, inputs, attr, params)
 
 
-CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Reshape": Reshape}
+CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Equal": Equal, "Gather": Gather,
+              "Reshape": Reshape}
