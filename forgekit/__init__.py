@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "IRModule": "forgekit.model",
     "RelayModule": "forgekit.model",
-    "ONNXModule": "forgekit.offload.onnx_module",
+    "ONNXModule": "forgekit.model.onnx_module",
     "from_onnx": "forgekit.model",
     "compile_model": "forgekit.model",
     "CompileResult": "forgekit.artifact.writer",

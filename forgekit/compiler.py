@@ -2,7 +2,7 @@
 artifact directory (library + metadata), written atomically.
 
 The target goes options → :func:`~forgekit.targets.parse_target` (once, here) → build → backend →
-artifact.  Everything is written into a temporary sibling that is renamed into place at the end
+link (:mod:`forgekit.backends.link`) → artifact.  Everything is written into a temporary sibling that is renamed into place at the end
 (:mod:`forgekit.artifact.outputs`), so a failed compile never leaves a half-written ``output_path``,
 and an existing one is replaced only when it is a forgekit artifact and ``force`` is set.
 """
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .artifact.layout import RECORDS_DIR
 from .artifact.outputs import atomic_directory, check_output, check_space
 from .artifact.writer import CompileResult, write_artifact
+from .backends.link import link_levels, linker
 from .build import BuildReport, TuningSetup, build_executables
 from .errors import UsageError
 from .options import CompileOptions, TuneOptions
@@ -45,7 +46,7 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
     output = Path(options.output_path)
     check_output(output, force=options.force, kind="artifact", inputs=options.inputs)
     check_space(output.absolute(), model.weight_bytes)
-    fcompile = spec.family_impl.linker(spec)  # fails fast, before a long build, when the toolchain is missing
+    fcompile = linker(spec)  # fails fast, before a long build, when a toolchain is missing
     levels = model_variants(spec, model.quantization, model.operators)
     tuned = _tuned_level(spec, levels) if options.tuning is not None else 0
 
@@ -67,7 +68,11 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
             report.tuning["measured_on"] = tuning.measure.config.describe()  # records provenance: which board
         with atomic_directory(output, options.force, kind="artifact", inputs=options.inputs) as tmp:
             text = ir_text() if options.export_ir and ir_text is not None else None
-            return write_artifact(tmp, output.absolute(), executables, spec, fcompile, model, options, report, start,
+            t_export = time.perf_counter()
+            linked = link_levels(tmp, executables, spec, fcompile, options.opt_level,
+                                 shared_weights=options.encrypt_password is None)
+            report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+            return write_artifact(tmp, output.absolute(), linked, spec, model, options, report, start,
                                   ir_text=text, records=staging)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -1,36 +1,30 @@
-"""Writing a compiled executable as an artifact: link the library, encrypt it, render the metadata.
+"""Writing an artifact around its linked libraries: encrypt them, render the metadata and the compile report.
 
 Everything goes into the temporary directory the caller got from
-:func:`~forgekit.artifact.outputs.atomic_directory`; nothing here knows about TVM passes or the model
-façade: it takes the executable, the target spec, a :class:`~forgekit.description.ModelDescription`
-and the options.
+:func:`~forgekit.artifact.outputs.atomic_directory`, where :func:`forgekit.backends.link.link_levels` linked the
+libraries; nothing here knows about TVM, backends or the model façade: it takes the linked files, the target
+spec, a :class:`~forgekit.description.ModelDescription` and the options.
 """
 
 from __future__ import annotations
 
-import contextlib
-
 import json
-import re
 import shutil
 import time
 import uuid as _uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from .. import progress
-from ..errors import CompileError, ForgekitError, OutputWriteError
 from . import metadata as md
-from .layout import (IR_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, QUANT_REPORT_FILE, REPORT_FILE, file_digest,
-                     variant_file)
+from .layout import IR_FILE, KEY_FILE, LIBRARY_FILE, METADATA_FILE, QUANT_REPORT_FILE, REPORT_FILE, file_digest
 
 if TYPE_CHECKING:
+    from ..backends.link import Linked
     from ..build import BuildReport
     from ..description import ModelDescription
     from ..options import CompileOptions
     from ..targets import TargetSpec
-    from ..targets.variants import Variant
 
 
 @dataclass(frozen=True)
@@ -47,67 +41,13 @@ class CompileResult:
         return str(self.path)
 
 
-def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Callable[..., Any] | None,
-                 opt_level: int, weights: Any = None, shared: Any = None) -> None:
-    """``export_library`` with the family's linker and export options, embedding ``weights`` (a
-    :class:`~forgekit.backends.cpu.weights.WeightStore`) when given, but for the arrays of ``shared`` (a
-    :class:`~forgekit.backends.cpu.shared_weights.SharedWeights`); one line when linking fails."""
-    try:
-        progress.report(f"linking {library.name}")
-        options = spec.family_impl.export_options(spec, opt_level)
-        with contextlib.ExitStack() as stack:
-            if weights is not None:
-                from ..backends.cpu.weights import scratch_dir, with_sources
-
-                scratch = Path(stack.enter_context(scratch_dir()))
-                fcompile = with_sources(fcompile, weights.sources(scratch, spec.arch, shared))
-            if fcompile is None:
-                executable.export_library(str(library), **options)
-            else:
-                executable.export_library(str(library), fcompile=fcompile, **options)
-    except ForgekitError:
-        raise
-    except Exception as exc:  # the linker's output is long; its last error line says what broke
-        detail = link_error_line(str(exc))
-        if "No space left on device" in str(exc):
-            raise OutputWriteError(f"Linking {LIBRARY_FILE} failed: No space left on device. Nothing was written; "
-                                   "free some space.") from exc
-        raise CompileError(f"Linking {LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
-
-
-def link_error_line(output: str) -> str:
-    """The line of a failed compile or link that says what broke: the last diagnostic (``error:``), not clang's
-    closing count ("1 error generated.", which was all an Android link that missed a header said)."""
-    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln.lower() and not re.fullmatch(r"\s*\d+ errors? generated\.\s*", ln)]
-    return (next((ln for ln in reversed(errors) if "error:" in ln), errors[-1] if errors else
-                 lines[-1] if lines else "")).strip()
-
-
-def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]], spec: TargetSpec,
-                   fcompile: Callable[..., Any] | None, model: ModelDescription, options: CompileOptions,
-                   report: BuildReport, start: float, ir_text: str | None = None,
+def write_artifact(tmp: Path, final: Path, linked: Linked, spec: TargetSpec, model: ModelDescription,
+                   options: CompileOptions, report: BuildReport, start: float, ir_text: str | None = None,
                    records: Path | None = None) -> CompileResult:
-    """Fill ``tmp`` (renamed to ``final`` by the caller) and return what the artifact will be.
-
-    ``executables`` are the instruction-set levels, best first: the last (the baseline every CPU of the
-    family runs) is ``model_library.so``, the others ``model_library.<level>.so``."""
+    """Fill ``tmp`` (renamed to ``final`` by the caller), where ``linked`` (:func:`forgekit.backends.link.link_levels`)
+    put the libraries, and return what the artifact will be."""
     library = tmp / LIBRARY_FILE
-    files = [(v, tmp / (LIBRARY_FILE if i == len(executables) - 1 else variant_file(v.name)))
-             for i, (v, _) in enumerate(executables)]
-    t_export = time.perf_counter()
-    shared = None
-    if len(executables) > 1 and options.encrypt_password is None:
-        # the levels' common weights, once, in a file they map (an encrypted artifact's levels embed theirs:
-        # loaded from memory, a library has no directory to find a file in)
-        from ..backends.cpu import shared_weights
-
-        shared = shared_weights.build([lowered.weights for _, lowered in executables])
-        if shared is not None:
-            shared.write(tmp)
-    for (variant, path), (_, lowered) in zip(files, executables):
-        link_library(lowered.executable, path, variant.spec, fcompile, options.opt_level, lowered.weights, shared)
-    report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+    files, shared = linked.files, linked.shared
     artifact_uuid = options.uuid or str(_uuid.uuid4())
     if options.encrypt_password is not None:
         from .. import crypto
@@ -120,7 +60,7 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
         report.seconds["encrypt"] = round(time.perf_counter() - t_encrypt, 3)
     compile_seconds = round(time.perf_counter() - start, 3)
     sha, size = file_digest(library)  # of the encrypted file when encrypted: what is shipped
-    context = _metadata_context(spec, model, options, artifact_uuid, sha, size, compile_seconds)
+    context = _metadata_context(spec, model, options, artifact_uuid, sha, size, compile_seconds, linked)
     context["build"]["levels"] = [v.name for v, _ in files if v.name]
     if len(files) > 1:
         context["library"]["variants"] = [variant_entry(v.name, p, v.cpu_features) for v, p in files]
@@ -135,7 +75,7 @@ def write_artifact(tmp: Path, final: Path, executables: list[tuple[Variant, Any]
     if model.quantization_report is not None:  # per-layer fp32-vs-int8 agreement (forgekit.quantize.report)
         (tmp / QUANT_REPORT_FILE).write_text(json.dumps(model.quantization_report, indent=2) + "\n")
     if options.export_metadata:
-        from ..runtime.stats import peak_rss_mb
+        from ..memory import peak_rss_mb
 
         # the process's peak so far: for `forgekit compile` (one model per process) the compile's peak memory
         data = {"operators": model.operators, "passes": report.passes, "seconds": report.seconds,
@@ -158,7 +98,7 @@ def variant_entry(level: str | None, path: Path, cpu_features: list[str]) -> dic
 
 
 def _metadata_context(spec: TargetSpec, model: ModelDescription, options: CompileOptions, artifact_uuid: str,
-                      sha: str, size: int, compile_seconds: float) -> dict[str, Any]:
+                      sha: str, size: int, compile_seconds: float, linked: Linked) -> dict[str, Any]:
     float16 = options.precision == "float16"
     bf16 = options.precision == "bfloat16"  # conv2d/matmul in bf16 (vdpbf16ps), the rest fp32
     return {
@@ -187,9 +127,8 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "host": spec.host_dict,
             "target_name": spec.name,
             "family": spec.family,
-            # a GPU family adds what the device needs: gpu_arch, cuda release, min_driver (families/cuda.py)
-            "device": {"os": spec.family_impl.OS, "kind": spec.family_impl.DEVICE,
-                       **(getattr(spec.family_impl, "device_requirements", lambda _spec: {})(spec))},
+            # a GPU adds what the device needs: gpu_arch, cuda release, min_driver (backends/cuda/export.py)
+            "device": linked.device,
             "triple": spec.to_dict()["triple"],
             "arch": spec.arch,
             # What the code was tuned for: LLVM CPU name and -mattr features of the CPU code, and the GPU
@@ -200,7 +139,7 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "cpu_features": spec.cpu_features(),  # of the baseline level for a portable target
             "levels": [],  # the instruction-set levels built (portable targets; see write_artifact)
             "gpu_arch": spec.target.get("arch") if spec.is_cuda else None,
-            "toolchain": spec.family_impl.toolchain(spec),
+            "toolchain": linked.toolchain,
             "compile_seconds": compile_seconds,
         },
         "versions": md.versions(),

@@ -215,7 +215,7 @@ def _summary(model: str, result: Any, opt_level: int) -> None:
     """The end of a compile: what was built, where, how big, which kernels, and where it runs."""
     from ..artifact.layout import describe_device
     from ..runtime.cpu import describe_features
-    from ..runtime.stats import peak_rss_mb
+    from ..memory import peak_rss_mb
 
     meta = result.metadata
     build, library = meta["build"], meta["library"]

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runtime.stats import peak_rss_mb
+from ..memory import peak_rss_mb
 
 #: seconds of sleep between timing blocks (lets spinning worker threads go idle)
 SETTLE_S = 0.05

@@ -4,22 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB.  VmHWM, not getrusage: ru_maxrss survives fork+exec, so a
-    worker started by a big parent would report the parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def time_calls(run: Callable[[], Any], n: int, warmup: int = 1) -> list[float]:

@@ -110,7 +110,7 @@ def test_a_failed_link_says_what_the_compiler_said_not_its_error_count(tmp_path)
     "1 error generated.", clang's closing count, after the line naming the missing header."""
     import subprocess
 
-    from forgekit.artifact.writer import link_error_line
+    from forgekit.backends.link import link_error_line
 
     source = tmp_path / "hosted.c"
     source.write_text("#include <stdint.h>\nuint32_t f(void) { return 0; }\n")

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from forgekit.errors import ArtifactError, InputError
 from forgekit.offload import tidlrt_mock
-from forgekit.offload.tidl_partition import DOMAIN, partition
+from forgekit.model.tidl import partition
+from forgekit.offload.tidl_partition import DOMAIN
 from forgekit.offload.tidl_rt import TidlRuntime, TidlrtTensor, fill_tensor, load_library
 from forgekit.runtime import Engine
 

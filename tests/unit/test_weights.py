@@ -90,7 +90,7 @@ def test_peak_memory_holds_the_weights_about_once(tmp_path) -> None:
         sys.modules["torch"] = None
         import numpy as np
         from forgekit.runtime import Engine, ensure_runtime
-        from forgekit.runtime.stats import peak_rss_mb
+        from forgekit.memory import peak_rss_mb
         ensure_runtime()
         before = peak_rss_mb()
         engine = Engine({str(result.path)!r})

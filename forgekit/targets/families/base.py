@@ -34,7 +34,8 @@ class Family(Protocol):
         """Names and versions of the tools that link this family's artifacts (for metadata)."""
 
     def export_options(self, spec: TargetSpec, opt_level: int) -> dict[str, Any]:
-        """Extra ``Executable.export_library`` arguments (CUDA packs its nvcc-compiled kernels)."""
+        """Extra ``Executable.export_library`` arguments of the host side (a device kind's backend adds its own,
+        CUDA's fatbin: :mod:`forgekit.backends.link`)."""
 
     def device(self, arch: str, log: Callable[[str], None] | None = None) -> Device | None:
         """Where this machine can run an artifact of this family built for ``arch`` (None: nowhere)."""

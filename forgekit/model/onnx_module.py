@@ -2,7 +2,7 @@
 
 Forge's ONNX backend (``forge.ONNXModule(path)``) quantizes at the ONNX level for TensorRT
 (``export(..., is_tensorrt=True)``).  Here ``quantize`` writes an explicit-quantization ONNX model
-(:mod:`.qdq`: symmetric int8 Q/DQ, per-channel weights), the input TensorRT 10+/11, TI's TIDL
+(:mod:`forgekit.offload.qdq`: symmetric int8 Q/DQ, per-channel weights), the input TensorRT 10+/11, TI's TIDL
 (``prequantized_model``) and onnxruntime take, and ``validate`` measures it against the fp32 model in
 onnxruntime.  ``compile(target="tensorrt")`` builds a TensorRT engine from it when the ``tensorrt`` package
 imports (strongly typed network: TensorRT 11 has no other int8 mode); any other target goes through
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import NotAvailableError, UsageError
-from . import qdq
+from ..offload import qdq
 
 
 class ONNXModule:
@@ -139,7 +139,7 @@ class ONNXModule:
         any other target imports the model and compiles it like :meth:`forgekit.IRModule.compile`."""
         if isinstance(target, str) and target.split()[0].split("/")[0] == "tensorrt":
             return build_tensorrt_engine(self.model, Path(output_path), self.shape_dict)
-        from ..model import from_onnx
+        from .facade import from_onnx
 
         options = {} if target is None else {"target": target}
         return from_onnx(self.model, self.shape_dict or None).compile(output_path=output_path, **options, **kwargs)
