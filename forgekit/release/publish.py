@@ -36,7 +36,7 @@ from ..artifact.outputs import atomic_directory
 from ..errors import ArtifactError, UsageError
 from .archive import SECRET_MODE, Member, write_reproducible_tar_gz
 from .chart import CHART_FILE, latency_svg
-from .device_runtime import device_commands, runtime_members
+from .device_runtime import README_FILE, cuda_readme, device_commands, is_cuda, runtime_members
 from .model_card import card_context, release_context
 
 CARD_FILE = "MODEL_CARD.md"
@@ -231,7 +231,8 @@ def publish(artifacts: Iterable[str | os.PathLike[str]], version: str, output: s
         Model name for file names and titles (default: the ONNX file name the artifacts were compiled from).
     with_runtime:
         Also ship the device runtime in ``runtime/`` where forgekit cross-builds one (aarch64, armhf, Android:
-        libraries, ``forgekit-run``, the C/C++ headers; :mod:`.device_runtime`), built or taken from the cache.
+        libraries, ``forgekit-run``, the C/C++ headers; :mod:`.device_runtime`), built or taken from the cache;
+        CUDA artifacts get the x86-64 runtime with TVM's CUDA runtime (:mod:`.cuda_runtime`).
     """
     version = parse_version(version)
     loaded = [_load_artifact(Path(p)) for p in artifacts]
@@ -278,8 +279,13 @@ def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stag
     key_included = include_key and bool(artifact.meta["library"].get("encrypted"))
     if key_included:
         members.append(Member(KEY_FILE, artifact.path / KEY_FILE, SECRET_MODE))
-    runtime = runtime_members(artifact.target) if with_runtime else []
+    runtime = runtime_members(artifact.target, meta=artifact.meta) if with_runtime else []
     members += runtime
+    device = device_commands(top, runtime, artifact.meta.get("model", {}).get("inputs") or [],
+                             bool(artifact.meta["library"].get("encrypted")), artifact.meta)
+    if device is not None and is_cuda(artifact.meta):  # how to run it, next to the binaries
+        (folder / "runtime-README.md").write_text(cuda_readme(top, device, artifact.meta))
+        members.append(Member(README_FILE, folder / "runtime-README.md"))
     files = []
     for member in sorted(members, key=lambda m: m.name):
         sha, size = file_digest(member.source)
@@ -291,8 +297,6 @@ def _plan(artifact: _Artifact, model: str, version: str, include_key: bool, stag
         sha, size = file_digest(folder / CHART_FILE)
         files.append({"name": CHART_FILE, "size": size, "sha256": sha})
         files.sort(key=lambda f: f["name"])
-    device = device_commands(top, runtime, artifact.meta.get("model", {}).get("inputs") or [],
-                             bool(artifact.meta["library"].get("encrypted")))
     card = card_context(artifact.meta, model_name=model, version=version, bundle=top, files=files,
                         key_included=key_included, key_file=KEY_FILE, bench=artifact.bench,
                         bench_source=BENCH_FILE if artifact.bench is not None else None,

@@ -1,14 +1,17 @@
 // forgekit-run: run a compiled forgekit artifact on .npy inputs and write its outputs as .npy files.
 //
 //   forgekit-run ARTIFACT -i in0.npy [-i in1.npy | -i NAME=file.npy] -o OUTDIR [--key modelKey.bin]
-//                [--password-env VAR]
+//                [--password-env VAR] [--device cpu|cuda|cuda:N]
 //
 // Inputs go by name (NAME=file) or in the model's input order (plain files fill the inputs left, in order).
 // Each output is written to OUTDIR/<name>.npy (characters other than letters, digits, '.', '-' and '_'
 // become '_').  Encrypted artifacts: the key file defaults to
 // modelKey.bin next to the library, the password comes from $FORGEKIT_ENCRYPT_PASSWORD or the variable
-// --password-env names (never from the command line, where `ps` shows it).  Errors: one line on stderr and
-// forgekit's exit code (2 usage, 7 artifact, 9 input, 11 encryption, 15 output write, 16 incompatible).
+// --password-env names (never from the command line, where `ps` shows it).  --device: where to run it, by
+// default the device the artifact was compiled for (a CUDA artifact: GPU 0, which needs libtvm_runtime_cuda.so
+// next to libtvm_runtime.so, libcudart.so.13 and the NVIDIA driver).  Errors: one line on stderr and forgekit's
+// exit code (2 usage, 7 artifact, 9 input, 11 encryption, 12 not available: no GPU/driver/CUDA runtime for a
+// CUDA artifact, 15 output write, 16 incompatible).
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -130,10 +133,10 @@ std::string SafeName(const std::string& name) {
 
 const char kUsage[] =
     "usage: forgekit-run ARTIFACT -i INPUT.npy [-i NAME=INPUT.npy ...] -o OUTDIR [--key modelKey.bin] "
-    "[--password-env VAR]";
+    "[--password-env VAR] [--device cpu|cuda|cuda:N]";
 
 int Run(int argc, char** argv) {
-  std::string artifact, outdir, key, password_env = "FORGEKIT_ENCRYPT_PASSWORD";
+  std::string artifact, outdir, key, password_env = "FORGEKIT_ENCRYPT_PASSWORD", device;
   std::vector<std::string> inputs;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -149,6 +152,8 @@ int Run(int argc, char** argv) {
       key = argv[++i];
     } else if (arg == "--password-env" && has_value) {
       password_env = argv[++i];
+    } else if (arg == "--device" && has_value) {
+      device = argv[++i];
     } else if (arg[0] != '-' && artifact.empty()) {
       artifact = arg;
     } else {
@@ -157,7 +162,8 @@ int Run(int argc, char** argv) {
   }
   if (artifact.empty() || outdir.empty()) throw forgekit::Error(FK_ERR_USAGE, kUsage);
   const char* password = getenv(password_env.c_str());
-  forgekit::Model model(artifact, key.empty() ? nullptr : key.c_str(), password);
+  forgekit::Device where = forgekit::Device::parse(device);  // checked before the artifact is opened
+  forgekit::Model model(artifact, where, key.empty() ? nullptr : key.c_str(), password);
   if (static_cast<int>(inputs.size()) != model.num_inputs()) {
     std::string names;
     for (int i = 0; i < model.num_inputs(); ++i) names += (i ? ", " : "") + model.input_info(i).name;
@@ -187,6 +193,7 @@ int Run(int argc, char** argv) {
   }
   model.run();
   if (!model.level().empty()) std::cout << "level: " << model.level() << "\n";
+  if (model.device().kind != FK_DEVICE_CPU) std::cout << "device: " << model.device().str() << "\n";
   if (mkdir(outdir.c_str(), 0755) != 0 && errno != EEXIST) {
     throw forgekit::Error(kOutputWriteError, "Cannot create '" + outdir + "' (" + std::strerror(errno) + ").");
   }

@@ -5,6 +5,9 @@
 //   model.set_input(0, pixels.data(), {1, 3, 224, 224}); // dtype from the element type (float -> float32)
 //   model.run();
 //   std::vector<float> probs = model.output_as<float>(0);
+//
+//   forgekit::Model gpu("out_cuda/", forgekit::Device::cuda(0));  // or Device::parse("cuda:1"); default: the
+//                                                                  // device metadata.json names
 #ifndef FORGEKIT_RUNTIME_HPP_
 #define FORGEKIT_RUNTIME_HPP_
 
@@ -39,6 +42,24 @@ struct TensorInfo {
   std::vector<int64_t> dim_min, dim_max, dim_step;  // dim_max -1: unbounded
 };
 
+// Where a model runs (fk_device_kind and id); Device() is the artifact's own device.
+struct Device {
+  int32_t kind = FK_DEVICE_DEFAULT;
+  int32_t id = 0;
+
+  static Device cpu() { return {FK_DEVICE_CPU, 0}; }
+  static Device cuda(int32_t id = 0) { return {FK_DEVICE_CUDA, id}; }
+  // "cpu", "cuda", "cuda:N" ("" or "default": the artifact's)
+  static Device parse(const std::string& text) {
+    Device device;
+    check(fk_parse_device(text.c_str(), &device.kind, &device.id));
+    return device;
+  }
+  std::string str() const {
+    return kind == FK_DEVICE_CPU ? "cpu" : kind == FK_DEVICE_CUDA ? "cuda:" + std::to_string(id) : "default";
+  }
+};
+
 // numpy's dtype name of a C++ element type.
 template <typename T> constexpr const char* dtype_of();
 template <> constexpr const char* dtype_of<float>() { return "float32"; }
@@ -54,6 +75,16 @@ class Model {
  public:
   explicit Model(const std::string& path, const char* key_file = nullptr, const char* password = nullptr) {
     check(fk_open(path.c_str(), key_file, password, &model_, nullptr, 0));
+  }
+  // On a chosen device (a CUDA artifact on the GPU needs libtvm_runtime_cuda.so, libcudart.so.13 and the driver).
+  Model(const std::string& path, Device device, const char* key_file = nullptr, const char* password = nullptr) {
+    fk_open_options options;
+    fk_open_options_init(&options);
+    options.key_file = key_file;
+    options.password = password;
+    options.device_kind = device.kind;
+    options.device_id = device.id;
+    check(fk_open_ex(path.c_str(), &options, &model_, nullptr, 0));
   }
   ~Model() { fk_close(model_); }
   Model(const Model&) = delete;
@@ -74,6 +105,11 @@ class Model {
   TensorInfo input_info(int index) const { return describe(fk_input_info, index); }
   TensorInfo output_info(int index) const { return describe(fk_output_info, index); }
   std::string level() const { return fk_level(model_); }
+  Device device() const {
+    Device device;
+    check(fk_model_device(model_, &device.kind, &device.id));
+    return device;
+  }
 
   void set_input(int index, const void* data, const std::string& dtype, const std::vector<int64_t>& shape) {
     check(fk_set_input(model_, index, data, dtype.c_str(), shape.data(), static_cast<int32_t>(shape.size())));
@@ -86,12 +122,22 @@ class Model {
   void set_input(const std::string& name, const T* data, const std::vector<int64_t>& shape) {
     set_input(input_index(name), data, dtype_of<T>(), shape);
   }
+  // GPU memory (or, for a CPU model, host memory) the model reads in place: see fk_set_input_device.
+  void set_input_device(int index, void* data, const std::string& dtype, const std::vector<int64_t>& shape) {
+    check(fk_set_input_device(model_, index, data, dtype.c_str(), shape.data(), static_cast<int32_t>(shape.size())));
+  }
   void run() { check(fk_run(model_)); }
 
   // The output of the last run(); its data stays valid until the next run() or the Model's end.
   fk_tensor output(int index) const {
     fk_tensor out;
     check(fk_get_output(model_, index, &out));
+    return out;
+  }
+  // The output where the model computed it (a CUDA device pointer for a CUDA model), without a copy.
+  fk_tensor output_device(int index) const {
+    fk_tensor out;
+    check(fk_get_output_device(model_, index, &out));
     return out;
   }
   std::vector<int64_t> output_shape(int index) const {

@@ -1,6 +1,7 @@
 // The forgekit runtime C API over the TVM runtime (what forgekit/runtime/engine.py does, in C++): load the
 // model library as a tvm::ffi::Module, make its Relax VM (vm_load_executable, vm_initialization) and call
-// its "main" on tvm::ffi::Tensors.
+// its "main" on tvm::ffi::Tensors.  A CUDA model also loads TVM's CUDA runtime (libtvm_runtime_cuda.so) first,
+// makes the VM on the GPU and moves host inputs and outputs across with the TVM runtime's copy functions.
 #include "../include/forgekit_runtime.h"
 
 #include <dlfcn.h>
@@ -115,6 +116,99 @@ std::string FdPath(int fd) {
   return "/proc/self/fd/" + segments + std::to_string(fd);
 }
 
+// Copies a C-contiguous tensor on a device into it from host memory, or from it into host memory, and
+// synchronizes (the TVM runtime's global functions: the CUDA DeviceAPI is reached through them, not linked).
+void CopyFromHost(const tvm::ffi::Tensor& to, const void* data, size_t bytes) {
+  static tvm::ffi::Function copy = tvm::ffi::Function::GetGlobalRequired("runtime.TVMTensorCopyFromBytes");
+  copy(to, const_cast<void*>(data), bytes);
+}
+void CopyToHost(const tvm::ffi::Tensor& from, void* data, size_t bytes) {
+  static tvm::ffi::Function copy = tvm::ffi::Function::GetGlobalRequired("runtime.TVMTensorCopyToBytes");
+  copy(from, data, bytes);
+}
+
+// The directory of the loaded library that defines `symbol` ("" when none does).
+std::string DirOf(void* symbol) {
+  Dl_info info;
+  if (!symbol || !dladdr(symbol, &info) || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+const char kCudaRuntime[] = "libtvm_runtime_cuda.so";
+
+// Loads TVM's CUDA runtime once per process, with RTLD_GLOBAL: it registers the CUDA device API and the loader
+// of the kernels a CUDA model library carries (ffi.Module.load_from_bytes.cuda), which must exist before the
+// model library is loaded.  It needs libcudart.so.13 and the driver's libcuda.so.1; when either is missing the
+// dlopen fails, and that becomes one line saying what this machine lacks.
+void LoadCudaRuntime(const forgekit::Metadata& meta, const std::string& what, const char* explicit_path) {
+  static std::mutex lock;
+  static void* handle = nullptr;  // never closed: the functions it registered stay registered
+  std::lock_guard<std::mutex> guard(lock);
+  if (handle) return;
+  std::string path = kCudaRuntime;  // when found nowhere below: LD_LIBRARY_PATH, ld.so.cache
+  if (explicit_path && *explicit_path) {
+    path = explicit_path;
+  } else if (const char* env = getenv("FORGEKIT_TVM_RUNTIME_CUDA"); env && *env) {
+    path = env;
+  } else {
+    // next to libtvm_runtime.so (the apache-tvm wheel's tvm/lib), then next to this library (a bundle's
+    // runtime/ folder); found by soname, so this works when this library was loaded RTLD_LOCAL too
+    void* tvm = dlopen("libtvm_runtime.so", RTLD_NOW | RTLD_NOLOAD);
+    std::string tvm_dir = DirOf(tvm ? dlsym(tvm, "TVMBackendAllocWorkspace") : nullptr);
+    if (tvm) dlclose(tvm);  // only the reference NOLOAD took
+    std::string own_dir = DirOf(reinterpret_cast<void*>(&fk_open_ex));
+    for (const std::string& dir : {own_dir, tvm_dir}) {  // the last found wins: libtvm_runtime.so's folder
+      if (!dir.empty() && forgekit::FileExists(forgekit::JoinPath(dir, kCudaRuntime))) {
+        path = forgekit::JoinPath(dir, kCudaRuntime);
+      }
+    }
+  }
+  handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle) return;
+  const char* raw = dlerror();
+  std::string error = raw ? raw : "unknown dlopen error";
+  std::string needs = what + " is a CUDA artifact: it needs " + forgekit::DescribeGpu(meta);
+  if (path == kCudaRuntime && error.find(kCudaRuntime) != std::string::npos && error.find("No such file") !=
+      std::string::npos) {
+    throw Failure(FK_ERR_NOT_AVAILABLE, needs + " and TVM's CUDA runtime " + kCudaRuntime + ", which is not next "
+                  "to libtvm_runtime.so nor on the library path: copy it there or set FORGEKIT_TVM_RUNTIME_CUDA.");
+  }
+  if (error.find("libcuda.so") != std::string::npos) {
+    throw Failure(FK_ERR_NOT_AVAILABLE, needs + "; none found here (no NVIDIA driver: " + error + ").");
+  }
+  if (error.find("libcudart.so") != std::string::npos) {
+    throw Failure(FK_ERR_NOT_AVAILABLE, needs + " and NVIDIA's CUDA runtime libcudart.so.13 (the "
+                  "nvidia-cuda-runtime wheel or the CUDA toolkit: add its lib/ to LD_LIBRARY_PATH); " + error + ".");
+  }
+  throw Failure(FK_ERR_NOT_AVAILABLE, needs + "; TVM's CUDA runtime '" + path + "' cannot be loaded: " + error + ".");
+}
+
+// Refuses a CUDA device that is not there or older than the artifact's GPU architecture (its kernels are SASS
+// for that architecture plus PTX the driver compiles for newer GPUs, nothing for older ones).
+void CheckCudaDevice(const forgekit::Metadata& meta, const std::string& what, int32_t id) {
+  static tvm::ffi::Function attr = tvm::ffi::Function::GetGlobalRequired("runtime.GetDeviceAttr");
+  std::string needs = what + " is a CUDA artifact: it needs " + forgekit::DescribeGpu(meta);
+  int64_t exists = 0;
+  try {
+    exists = attr(static_cast<int>(kDLCUDA), id, 0 /* kExist */).cast<int64_t>();
+  } catch (const tvm::ffi::Error& e) {  // the driver is there but cannot start (no GPU, a driver too old)
+    throw Failure(FK_ERR_NOT_AVAILABLE, needs + "; the CUDA driver found none: " + FirstLine(e.message()));
+  }
+  if (!exists) {
+    throw Failure(FK_ERR_NOT_AVAILABLE, needs + "; CUDA device " + std::to_string(id) + " does not exist here.");
+  }
+  auto version = attr(static_cast<int>(kDLCUDA), id, 4 /* kComputeVersion */).try_cast<tvm::ffi::String>();
+  int major = 0, minor = 0, arch = 0;
+  if (version && sscanf(std::string(*version).c_str(), "%d.%d", &major, &minor) == 2 &&
+      sscanf(meta.gpu_arch.c_str(), "sm_%d", &arch) == 1 && major * 10 + minor < arch) {
+    throw Failure(FK_ERR_INCOMPATIBLE, needs + "; CUDA device " + std::to_string(id) + " is sm_" +
+                                           std::to_string(major * 10 + minor) + ": recompile for -t cuda/sm_" +
+                                           std::to_string(major * 10 + minor) + ".");
+  }
+}
+
 }  // namespace
 
 // A sealed anonymous memory file holding a copy of the file at `path` (caller closes it).
@@ -200,8 +294,11 @@ struct fk_model {
   tvm::ffi::Module library{tvm::ffi::UnsafeInit()};  // keeps the code loaded as long as the VM lives
   tvm::ffi::Module vm{tvm::ffi::UnsafeInit()};
   tvm::ffi::Function main;
+  DLDevice device{kDLCPU, 0};
   std::vector<std::optional<tvm::ffi::Tensor>> inputs;  // std::optional: value() is a reference, not a copy
-  std::vector<tvm::ffi::Tensor> outputs;
+  std::vector<bool> borrowed;  // the input wraps the caller's memory (fk_set_input_device): never written to
+  std::vector<tvm::ffi::Tensor> outputs;                 // where the model computed them
+  std::vector<std::optional<tvm::ffi::Tensor>> host_outputs;  // a GPU model's outputs, copied on first request
   std::vector<std::vector<int64_t>> output_shapes;
 };
 
@@ -231,7 +328,32 @@ int Guard(F&& body) {
   }
 }
 
-void Open(const std::string& path, const char* key_file, const char* password, fk_model* m) {
+// The device asked for (FK_DEVICE_DEFAULT: the artifact's), refused when the artifact cannot run there.
+DLDevice ChooseDevice(const forgekit::Metadata& meta, const std::string& what, int32_t kind, int32_t id) {
+  bool cuda_artifact = meta.device_kind == "cuda";
+  if (kind == FK_DEVICE_DEFAULT) kind = cuda_artifact ? FK_DEVICE_CUDA : FK_DEVICE_CPU;
+  if (kind != FK_DEVICE_CPU && kind != FK_DEVICE_CUDA) {
+    throw Failure(FK_ERR_USAGE, "Unknown device kind " + std::to_string(kind) + ": use FK_DEVICE_CPU or FK_DEVICE_CUDA.");
+  }
+  if (id < 0 || (kind == FK_DEVICE_CPU && id != 0)) {
+    throw Failure(FK_ERR_USAGE, "Device id " + std::to_string(id) + " is not valid for the " +
+                                    (kind == FK_DEVICE_CPU ? "CPU (only 0)." : "GPU (0 is the first)."));
+  }
+  // the code is compiled for one or the other: a CPU artifact has no GPU kernels and a CUDA one calls them
+  if (cuda_artifact && kind == FK_DEVICE_CPU) {
+    throw Failure(FK_ERR_INCOMPATIBLE, what + " was compiled for " + forgekit::DescribeGpu(meta) +
+                                           ": it cannot run on the CPU (recompile it for a CPU target, e.g. -t x86-64).");
+  }
+  if (!cuda_artifact && kind == FK_DEVICE_CUDA) {
+    throw Failure(FK_ERR_INCOMPATIBLE, what + " was compiled for the CPU: it cannot run on a GPU (recompile it with "
+                                           "-t cuda/sm_XY for your GPU).");
+  }
+  return DLDevice{static_cast<DLDeviceType>(kind), id};
+}
+
+void Open(const std::string& path, const fk_open_options& options, fk_model* m) {
+  const char* key_file = options.key_file;
+  const char* password = options.password;
   using namespace forgekit;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -250,6 +372,11 @@ void Open(const std::string& path, const char* key_file, const char* password, f
   }
   m->meta = ReadMetadata(meta_path);
   CheckRunnable(m->meta, "'" + path + "'");
+  m->device = ChooseDevice(m->meta, "'" + path + "'", options.device_kind, options.device_id);
+  if (m->device.device_type == kDLCUDA) {  // before the library: loading it needs the CUDA module loader
+    LoadCudaRuntime(m->meta, "'" + path + "'", options.cuda_runtime);
+    CheckCudaDevice(m->meta, "'" + path + "'", m->device.device_id);
+  }
   std::tie(library, m->level) = ChooseLibrary(m->meta, dir, library);
   CheckSize(m->meta, library);
   PromoteTvmLibraries();
@@ -302,24 +429,51 @@ void Open(const std::string& path, const char* key_file, const char* password, f
     throw Failure(FK_ERR_ARTIFACT, "'" + library + "' is not a Relax VM executable: recompile the artifact.");
   }
   m->vm = (*make_vm)().cast<tvm::ffi::Module>();
-  // CPU (DLPack device 1), device 0, pooled allocator (2) for the device and the host: as Engine does
-  m->vm->GetFunction("vm_initialization", false).value()(1, 0, 2, 1, 0, 2);
+  // the device (DLPack's type and id), pooled allocator (2), then the host (CPU 0, pooled): as Engine does
+  m->vm->GetFunction("vm_initialization", false).value()(static_cast<int>(m->device.device_type),
+                                                         static_cast<int>(m->device.device_id), 2, 1, 0, 2);
   m->main = m->vm->GetFunction("main", false).value();
   m->inputs.resize(m->meta.inputs.size());
+  m->borrowed.assign(m->meta.inputs.size(), false);
 }
 
 }  // namespace
 
 extern "C" {
 
+void fk_open_options_init(fk_open_options* options) {
+  if (!options) return;
+  std::memset(options, 0, sizeof *options);
+  options->size = sizeof *options;
+  options->device_kind = FK_DEVICE_DEFAULT;
+}
+
 int fk_open(const char* path, const char* key_file, const char* password, fk_model** model, char* errbuf,
             size_t errbuf_size) {
+  fk_open_options options;
+  fk_open_options_init(&options);
+  options.key_file = key_file;
+  options.password = password;
+  return fk_open_ex(path, &options, model, errbuf, errbuf_size);
+}
+
+int fk_open_ex(const char* path, const fk_open_options* given, fk_model** model, char* errbuf, size_t errbuf_size) {
   if (model) *model = nullptr;
   fk_model* m = nullptr;
   int status = Guard([&] {
     if (!path || !model) throw Failure(FK_ERR_USAGE, "fk_open needs a path and a place for the model handle.");
+    fk_open_options options;
+    fk_open_options_init(&options);
+    if (given) {
+      if (given->size < offsetof(fk_open_options, device_kind) || given->size > sizeof options) {
+        throw Failure(FK_ERR_USAGE, "fk_open_ex: options.size is " + std::to_string(given->size) + ", not that of "
+                                    "this library's fk_open_options: call fk_open_options_init first.");
+      }
+      std::memcpy(&options, given, given->size);  // a caller built with an older header: the rest stays default
+      options.size = sizeof options;
+    }
     m = new fk_model();
-    Open(path, key_file, password, m);
+    Open(path, options, m);
   });
   if (status != FK_OK) {
     delete m;
@@ -333,6 +487,7 @@ int fk_open(const char* path, const char* key_file, const char* password, fk_mod
 void fk_close(fk_model* model) {
   if (!model) return;
   // outputs and inputs before the VM, the VM before the library whose code it runs
+  model->host_outputs.clear();
   model->outputs.clear();
   model->inputs.clear();
   delete model;
@@ -374,60 +529,124 @@ int fk_output_info(const fk_model* model, int index, fk_tensor_info* info) {
   return Describe(model, model ? &model->meta.outputs : nullptr, index, info, "output");
 }
 
+}  // extern "C"
+
+namespace {
+
+// The checks of fk_set_input / fk_set_input_device against the metadata: the input's spec and the dtype's code.
+std::pair<const forgekit::TensorSpec*, DLDataType> CheckInput(const fk_model* model, int index, const char* dtype,
+                                                               const int64_t* shape, int32_t ndim,
+                                                               const char* function) {
+  if (!model || !dtype || ndim < 0 || (ndim > 0 && !shape)) {
+    throw Failure(FK_ERR_USAGE, std::string(function) + " needs a model, a dtype and ndim dims.");
+  }
+  if (index < 0 || index >= static_cast<int>(model->meta.inputs.size())) {
+    throw Failure(FK_ERR_USAGE, "Input index " + std::to_string(index) + " is out of range: the model takes " +
+                                    std::to_string(model->meta.inputs.size()) + " input(s).");
+  }
+  const forgekit::TensorSpec& t = model->meta.inputs[index];
+  std::vector<int64_t> got(shape, shape + ndim);
+  const std::string name = "Input '" + t.name + "'";
+  if (t.dtype != dtype) {
+    throw Failure(FK_ERR_INPUT, name + " has dtype " + dtype + "; the model expects " + t.dtype + ".");
+  }
+  if (got.size() != t.shape.size()) {
+    throw Failure(FK_ERR_INPUT, name + " has shape " + forgekit::Shape(got) + " (" + std::to_string(ndim) +
+                                    " dimensions); the model expects " + forgekit::Shape(t.shape, &t.symbols) + " (" +
+                                    std::to_string(t.shape.size()) + " dimensions).");
+  }
+  for (size_t axis = 0; axis < got.size(); ++axis) {
+    std::string dim = " (dimension " + std::to_string(axis) + ")";
+    if (t.shape[axis] >= 0 && got[axis] != t.shape[axis]) {
+      throw Failure(FK_ERR_INPUT, name + " has shape " + forgekit::Shape(got) + "; the model expects " +
+                                      forgekit::Shape(t.shape, &t.symbols) + " (dimension " + std::to_string(axis) +
+                                      " must be " + std::to_string(t.shape[axis]) + ").");
+    }
+    if (t.shape[axis] >= 0) continue;
+    const std::string& sym = t.symbols[axis];
+    const std::string served =
+        name + " has " + sym + "=" + std::to_string(got[axis]) + dim + "; this artifact serves " + sym;
+    if (got[axis] < t.dim_min[axis] || (t.dim_max[axis] >= 0 && got[axis] > t.dim_max[axis])) {
+      std::string high = t.dim_max[axis] >= 0 ? std::to_string(t.dim_max[axis]) : "any size";
+      throw Failure(FK_ERR_INPUT, served + " from " + std::to_string(t.dim_min[axis]) + " to " + high + ".");
+    }
+    if (got[axis] % t.dim_step[axis]) {
+      throw Failure(FK_ERR_INPUT, served + " in multiples of " + std::to_string(t.dim_step[axis]) + " only.");
+    }
+  }
+  const forgekit::DtypeName* type = forgekit::FindDtype(dtype);
+  if (!type) throw Failure(FK_ERR_USAGE, std::string("Unknown dtype '") + dtype + "'.");
+  return {&t, type->type};
+}
+
+// Wraps memory the caller owns: the tensor frees nothing.
+struct Borrowed {
+  void* data;
+  void AllocData(DLTensor* t) { t->data = data; }
+  void FreeData(DLTensor*) {}
+};
+
+void CheckIndex(const fk_model* model, int index, const char* function) {
+  if (!model) throw Failure(FK_ERR_USAGE, std::string(function) + " needs a model and an output struct.");
+  if (model->outputs.empty()) throw Failure(FK_ERR_USAGE, "No outputs yet: call fk_run first.");
+  if (index < 0 || index >= static_cast<int>(model->outputs.size())) {
+    throw Failure(FK_ERR_USAGE, "Output index " + std::to_string(index) + " is out of range: the model returned " +
+                                    std::to_string(model->outputs.size()) + " output(s).");
+  }
+}
+
+fk_tensor OutputTensor(const fk_model* model, const tvm::ffi::Tensor& t, int index) {
+  return {static_cast<const char*>(t.data_ptr()) + t.byte_offset(), forgekit::DtypeOf(t.dtype()), t.ndim(),
+          model->output_shapes[index].data(), tvm::ffi::GetDataSize(t)};
+}
+
+}  // namespace
+
+extern "C" {
+
 int fk_set_input(fk_model* model, int index, const void* data, const char* dtype, const int64_t* shape,
                  int32_t ndim) {
   return Guard([&] {
-    if (!model || !dtype || ndim < 0 || (ndim > 0 && !shape)) {
-      throw Failure(FK_ERR_USAGE, "fk_set_input needs a model, a dtype and ndim dims.");
-    }
-    if (index < 0 || index >= static_cast<int>(model->meta.inputs.size())) {
-      throw Failure(FK_ERR_USAGE, "Input index " + std::to_string(index) + " is out of range: the model takes " +
-                                      std::to_string(model->meta.inputs.size()) + " input(s).");
-    }
-    const forgekit::TensorSpec& t = model->meta.inputs[index];
+    auto [spec, type] = CheckInput(model, index, dtype, shape, ndim, "fk_set_input");
     std::vector<int64_t> got(shape, shape + ndim);
-    const std::string name = "Input '" + t.name + "'";
-    if (t.dtype != dtype) {
-      throw Failure(FK_ERR_INPUT, name + " has dtype " + dtype + "; the model expects " + t.dtype + ".");
-    }
-    if (got.size() != t.shape.size()) {
-      throw Failure(FK_ERR_INPUT, name + " has shape " + forgekit::Shape(got) + " (" + std::to_string(ndim) +
-                                      " dimensions); the model expects " + forgekit::Shape(t.shape, &t.symbols) + " (" +
-                                      std::to_string(t.shape.size()) + " dimensions).");
-    }
-    for (size_t axis = 0; axis < got.size(); ++axis) {
-      std::string dim = " (dimension " + std::to_string(axis) + ")";
-      if (t.shape[axis] >= 0 && got[axis] != t.shape[axis]) {
-        throw Failure(FK_ERR_INPUT, name + " has shape " + forgekit::Shape(got) + "; the model expects " +
-                                        forgekit::Shape(t.shape, &t.symbols) + " (dimension " + std::to_string(axis) +
-                                        " must be " + std::to_string(t.shape[axis]) + ").");
-      }
-      if (t.shape[axis] >= 0) continue;
-      const std::string& sym = t.symbols[axis];
-      const std::string served =
-          name + " has " + sym + "=" + std::to_string(got[axis]) + dim + "; this artifact serves " + sym;
-      if (got[axis] < t.dim_min[axis] || (t.dim_max[axis] >= 0 && got[axis] > t.dim_max[axis])) {
-        std::string high = t.dim_max[axis] >= 0 ? std::to_string(t.dim_max[axis]) : "any size";
-        throw Failure(FK_ERR_INPUT, served + " from " + std::to_string(t.dim_min[axis]) + " to " + high + ".");
-      }
-      if (got[axis] % t.dim_step[axis]) {
-        throw Failure(FK_ERR_INPUT, served + " in multiples of " + std::to_string(t.dim_step[axis]) + " only.");
-      }
-    }
-    const forgekit::DtypeName* type = forgekit::FindDtype(dtype);
-    if (!type) throw Failure(FK_ERR_USAGE, std::string("Unknown dtype '") + dtype + "'.");
+    const std::string name = "Input '" + spec->name + "'";
     std::optional<tvm::ffi::Tensor>& slot = model->inputs[index];
     // A fresh buffer unless this input's own one fits and nothing else holds it: an output of the last run
-    // may alias an input (an identity model), and it must stay as fk_get_output returned it.
-    if (!slot.has_value() || !slot.value().unique() ||
+    // may alias an input (an identity model), and it must stay as fk_get_output returned it; the caller's
+    // memory of fk_set_input_device is never written to.
+    if (!slot.has_value() || !slot.value().unique() || model->borrowed[index] ||
         std::vector<int64_t>(slot.value().shape().begin(), slot.value().shape().end()) != got) {
-      slot = tvm::ffi::Tensor::FromNDAlloc(forgekit::AlignedAlloc(), tvm::ffi::ShapeView(got.data(), got.size()),
-                                           type->type, DLDevice{kDLCPU, 0});
+      if (model->device.device_type == kDLCPU) {
+        slot = tvm::ffi::Tensor::FromNDAlloc(forgekit::AlignedAlloc(), tvm::ffi::ShapeView(got.data(), got.size()),
+                                             type, DLDevice{kDLCPU, 0});
+      } else {  // the device's own allocator (cudaMalloc for CUDA), through the TVM runtime
+        static tvm::ffi::Function empty = tvm::ffi::Function::GetGlobalRequired("runtime.TVMTensorAllocWithScope");
+        slot = empty(tvm::ffi::Shape(got), type, model->device, nullptr).cast<tvm::ffi::Tensor>();
+      }
+      model->borrowed[index] = false;
       if (!slot.value().data_ptr()) throw Failure(FK_ERR_RUNTIME, name + ": out of memory.");
     }
     size_t bytes = tvm::ffi::GetDataSize(slot.value());
     if (bytes && !data) throw Failure(FK_ERR_USAGE, name + ": data is NULL.");
-    if (bytes) std::memcpy(slot.value().data_ptr(), data, bytes);
+    if (bytes && model->device.device_type == kDLCPU) std::memcpy(slot.value().data_ptr(), data, bytes);
+    if (bytes && model->device.device_type != kDLCPU) forgekit::CopyFromHost(slot.value(), data, bytes);
+  });
+}
+
+int fk_set_input_device(fk_model* model, int index, void* data, const char* dtype, const int64_t* shape,
+                        int32_t ndim) {
+  return Guard([&] {
+    auto [spec, type] = CheckInput(model, index, dtype, shape, ndim, "fk_set_input_device");
+    std::vector<int64_t> got(shape, shape + ndim);
+    const std::string name = "Input '" + spec->name + "'";
+    // TVM's kernels assume aligned buffers (64 bytes on the CPU; cudaMalloc gives 256): an unaligned one crashes
+    if (!data || reinterpret_cast<uintptr_t>(data) % 64) {
+      throw Failure(FK_ERR_USAGE, name + ": fk_set_input_device needs non-NULL, 64-byte aligned memory on the "
+                                         "model's device.");
+    }
+    model->inputs[index] = tvm::ffi::Tensor::FromNDAlloc(Borrowed{data}, tvm::ffi::ShapeView(got.data(), got.size()),
+                                                         type, model->device);
+    model->borrowed[index] = true;
   });
 }
 
@@ -455,16 +674,25 @@ int fk_run(fk_model* model) {
       }
       args.emplace_back(model->inputs[i].value());
     }
+    model->host_outputs.clear();
     model->outputs.clear();
     model->output_shapes.clear();
     tvm::ffi::Any result;
     model->main.CallPacked(args.data(), static_cast<int32_t>(args.size()), &result);
     forgekit::Flatten(result, &model->outputs);
     for (const tvm::ffi::Tensor& out : model->outputs) {
-      if (out.device().device_type != kDLCPU || !out.IsContiguous()) {
-        throw Failure(FK_ERR_RUNTIME, "The model returned a non-contiguous or non-CPU tensor: not supported here.");
+      DLDeviceType where = out.device().device_type;
+      if ((where != kDLCPU && where != model->device.device_type) || !out.IsContiguous()) {
+        throw Failure(FK_ERR_RUNTIME, "The model returned a non-contiguous tensor or one on another device: not "
+                                      "supported here.");
       }
       model->output_shapes.emplace_back(out.shape().begin(), out.shape().end());
+    }
+    model->host_outputs.resize(model->outputs.size());
+    if (model->device.device_type != kDLCPU) {
+      // kernels are launched asynchronously: fk_run returns (and is timed) when they are done
+      static tvm::ffi::Function sync = tvm::ffi::Function::GetGlobalRequired("runtime.Device_StreamSync");
+      sync(model->device, static_cast<int64_t>(0));
     }
   });
 }
@@ -472,14 +700,58 @@ int fk_run(fk_model* model) {
 int fk_get_output(fk_model* model, int index, fk_tensor* out) {
   return Guard([&] {
     if (!model || !out) throw Failure(FK_ERR_USAGE, "fk_get_output needs a model and an output struct.");
-    if (model->outputs.empty()) throw Failure(FK_ERR_USAGE, "No outputs yet: call fk_run first.");
-    if (index < 0 || index >= static_cast<int>(model->outputs.size())) {
-      throw Failure(FK_ERR_USAGE, "Output index " + std::to_string(index) + " is out of range: the model returned " +
-                                      std::to_string(model->outputs.size()) + " output(s).");
-    }
+    CheckIndex(model, index, "fk_get_output");
     const tvm::ffi::Tensor& t = model->outputs[index];
-    *out = {static_cast<const char*>(t.data_ptr()) + t.byte_offset(), forgekit::DtypeOf(t.dtype()), t.ndim(),
-            model->output_shapes[index].data(), tvm::ffi::GetDataSize(t)};
+    if (t.device().device_type == kDLCPU) {
+      *out = OutputTensor(model, t, index);
+      return;
+    }
+    std::optional<tvm::ffi::Tensor>& host = model->host_outputs[index];
+    if (!host.has_value()) {  // copied once per run, only when asked for
+      tvm::ffi::Tensor copy = tvm::ffi::Tensor::FromNDAlloc(forgekit::AlignedAlloc(), t.shape(), t.dtype(),
+                                                            DLDevice{kDLCPU, 0});
+      size_t bytes = tvm::ffi::GetDataSize(t);
+      if (!copy.data_ptr()) throw Failure(FK_ERR_RUNTIME, "Output " + std::to_string(index) + ": out of memory.");
+      if (bytes) forgekit::CopyToHost(t, copy.data_ptr(), bytes);
+      host = copy;
+    }
+    *out = OutputTensor(model, host.value(), index);
+  });
+}
+
+int fk_get_output_device(fk_model* model, int index, fk_tensor* out) {
+  return Guard([&] {
+    if (!model || !out) throw Failure(FK_ERR_USAGE, "fk_get_output_device needs a model and an output struct.");
+    CheckIndex(model, index, "fk_get_output_device");
+    *out = OutputTensor(model, model->outputs[index], index);
+  });
+}
+
+int fk_parse_device(const char* text, int32_t* kind, int32_t* id) {
+  return Guard([&] {
+    if (!text || !kind || !id) throw Failure(FK_ERR_USAGE, "fk_parse_device needs a text, a kind and an id.");
+    std::string spec = text;
+    char* end = nullptr;
+    if (spec.empty() || spec == "default") {
+      *kind = FK_DEVICE_DEFAULT, *id = 0;
+    } else if (spec == "cpu") {
+      *kind = FK_DEVICE_CPU, *id = 0;
+    } else if (spec == "cuda" || spec == "gpu") {
+      *kind = FK_DEVICE_CUDA, *id = 0;
+    } else if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && isdigit(static_cast<unsigned char>(spec[5])) &&
+               (*id = static_cast<int32_t>(strtol(spec.c_str() + 5, &end, 10)), *end == '\0')) {
+      *kind = FK_DEVICE_CUDA;
+    } else {
+      throw Failure(FK_ERR_USAGE, "Unknown device '" + spec + "': use cpu, cuda or cuda:N (N = the GPU's index).");
+    }
+  });
+}
+
+int fk_model_device(const fk_model* model, int32_t* kind, int32_t* id) {
+  return Guard([&] {
+    if (!model || !kind || !id) throw Failure(FK_ERR_USAGE, "fk_model_device needs a model, a kind and an id.");
+    *kind = static_cast<int32_t>(model->device.device_type);
+    *id = model->device.device_id;
   });
 }
 

@@ -85,9 +85,9 @@ void CheckRunnable(const Metadata& meta, const std::string& what) {
     throw Failure(FK_ERR_INCOMPATIBLE, what + " is an " + arch + " library and this machine is " + here +
                                            ": run it on the board it was compiled for.");
   }
-  if (meta.device_kind != "cpu") {
+  if (meta.device_kind != "cpu" && meta.device_kind != "cuda") {
     throw Failure(FK_ERR_NOT_AVAILABLE, what + " is a " + meta.device_kind +
-                                            " artifact: the forgekit C runtime runs CPU artifacts only.");
+                                            " artifact: the forgekit C runtime runs CPU and CUDA artifacts only.");
   }
   std::vector<std::string> missing = Missing(meta.cpu_features);
   if (!missing.empty()) {
@@ -95,6 +95,17 @@ void CheckRunnable(const Metadata& meta, const std::string& what) {
                                            (meta.cpu.empty() ? "its CPU" : meta.cpu) + "); this CPU lacks " +
                                            Join(missing) + ": recompile it for a target this CPU has.");
   }
+}
+
+std::string DescribeGpu(const Metadata& meta) {
+  std::string out = "an NVIDIA GPU";
+  if (!meta.gpu_arch.empty()) out += " " + meta.gpu_arch;
+  if (!meta.gpu_generation.empty()) out += " (" + meta.gpu_generation + ")";
+  if (!meta.cuda.empty()) {
+    out += " with a CUDA " + meta.cuda + " driver";
+    if (!meta.min_driver.empty()) out += " (R" + meta.min_driver + " or newer)";
+  }
+  return out;
 }
 
 std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const std::string& dir,

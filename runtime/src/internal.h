@@ -32,6 +32,8 @@ struct Variant {  // one instruction-set level of a portable artifact
 
 struct Metadata {
   std::string layout, library_file, arch, cpu, target_name, device_os = "linux", device_kind = "cpu";
+  // a CUDA artifact's GPU (build.device): "sm_90", "Hopper", the CUDA release "13.0", the driver branch "580"
+  std::string gpu_arch, gpu_generation, cuda, min_driver;
   std::vector<std::string> cpu_features;
   std::vector<Variant> variants;
   int64_t library_size = -1;  // of library_file (-1: not recorded)
@@ -42,8 +44,12 @@ struct Metadata {
 // metadata.json parsed (Failure with FK_ERR_ARTIFACT when unreadable).
 Metadata ReadMetadata(const std::string& path);
 
-// Failure (FK_ERR_INCOMPATIBLE / FK_ERR_NOT_AVAILABLE) unless this machine can run the artifact.
+// Failure (FK_ERR_INCOMPATIBLE / FK_ERR_NOT_AVAILABLE) unless this machine can run the artifact's host code (a
+// CUDA artifact's GPU is checked when its CUDA runtime is loaded: forgekit_runtime.cc).
 void CheckRunnable(const Metadata& meta, const std::string& what);
+// The GPU a CUDA artifact needs, as forgekit.artifact.layout.describe_device says it: "an NVIDIA GPU sm_90
+// (Hopper) with a CUDA 13.0 driver (R580 or newer)".
+std::string DescribeGpu(const Metadata& meta);
 // The library file (within dir) this CPU runs best, and its level name ("" for single-level artifacts).
 std::pair<std::string, std::string> ChooseLibrary(const Metadata& meta, const std::string& dir,
                                                   const std::string& library);

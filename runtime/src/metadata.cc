@@ -125,11 +125,16 @@ Metadata ReadMetadata(const std::string& path) {
   if (auto device = Field(build, "device")) {
     meta.device_os = Str(*device, "os", "linux");
     meta.device_kind = Str(*device, "kind", "cpu");
+    meta.gpu_arch = Str(*device, "gpu_arch");
+    meta.gpu_generation = Str(*device, "gpu_generation");
+    meta.cuda = Str(*device, "cuda");
+    meta.min_driver = Str(*device, "min_driver");
   } else {  // artifacts older than build.device: derived from the family, as forgekit.artifact.layout does
     std::string family = Str(build, "family");
     meta.device_os = family == "android" ? "android" : "linux";
     meta.device_kind = family == "cuda" ? "cuda" : "cpu";
   }
+  if (meta.gpu_arch.empty()) meta.gpu_arch = Str(build, "gpu_arch");  // older CUDA artifacts record it here
   return meta;
 }
 
