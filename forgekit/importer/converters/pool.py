@@ -1,4 +1,4 @@
-"""ONNX MaxPool/AveragePool with ``auto_pad`` SAME_UPPER/SAME_LOWER, padded as the ONNX spec says.
+"""ONNX MaxPool/AveragePool (and Conv) with ``auto_pad`` SAME_UPPER/SAME_LOWER, padded as the ONNX spec says.
 
 TVM 0.27's converter computes SAME pads by calling ``int()`` on every dimension (a symbolic batch or length
 fails to import), ignores dilations for average pools, and sizes SAME_LOWER outputs with ``floor`` where
@@ -11,7 +11,7 @@ total does not depend on ``in``, so symbolic lengths work too.  Found by ``forge
 With a stride above 1 on a symbolic dimension the pads depend on ``in mod stride`` (tf2onnx's SAME MaxPool
 with stride 2 on a dynamic H x W: TVM's ``int()`` of the dimension failed).  Then the input is padded by the
 most any size needs (``span - 1`` in all) and the window is sliced back to ``in + total(in)`` elements
-starting where this size's own begin pad starts (:func:`_symbolic_same`): the pooling then needs no pads, and
+starting where this size's own begin pad starts (:func:`same_window`): the pooling (or convolution) then needs no pads, and
 its output is cast to ONNX's ``ceil(in / stride)``, a shape later ops can match.  Average pools divide by
 the same pooling of a ones tensor, so SAME's pads stay out of the count unless ``count_include_pad``.
 """
