@@ -41,12 +41,7 @@ def _time_ms(f, args, reps=7):
 
 
 def scheduled_module(mod, target):
-    from tvm.relax.backend.cpu_generic import pipeline as cg
-    T = relax.transform
-    seq = tvm.transform.Sequential([*cg.library_dispatch_passes(target), cpu_sched.preprocess(),
-                                    T.LegalizeOps(cpu_sched._legalize_map(target, True, PACK)),
-                                    T.AnnotateTIROpPattern(), T.FoldConstant(),
-                                    T.FuseOps(), T.FuseTIR()])
+    seq = tvm.transform.Sequential(cpu_sched.fusion_passes(target, pack_weights=PACK))
     with target:
         fused = seq(mod)
         return fused, cpu_sched.ApplyRules(target)(fused)

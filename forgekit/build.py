@@ -7,13 +7,13 @@ façade, calibration and the compiler all call :func:`build_executable` with a m
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import interrupts, log, progress
 from .errors import CompileError, ForgekitError, UsageError
+from .options import Precision
 from .passes import OPT_LEVELS, graph_passes
 
 if TYPE_CHECKING:
@@ -73,16 +73,7 @@ def tvm_target_for(spec: TargetSpec, opt_level: int) -> Any:
     return spec.tvm_target()
 
 
-def _device_compiler(spec: TargetSpec, opt_level: int) -> Any:
-    """CUDA targets: nvcc compiles the kernels while TVM builds (see :mod:`forgekit.backends.cuda.nvcc`)."""
-    if not spec.is_cuda:
-        return contextlib.nullcontext()
-    from .backends.cuda import nvcc
-
-    return nvcc.scoped_compile_callback(spec.cuda_arch, fast_math=opt_level >= 4)
-
-
-def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precision: str = "float32",
+def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precision: Precision | str = Precision.FP32,
                      layout: str | None = None, report: BuildReport | None = None,
                      tuning: TuningSetup | None = None) -> Any:
     """Run the graph passes and the lowering pipeline on ``mod``; returns a ``tvm.relax.Executable``.
@@ -95,7 +86,8 @@ def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precisio
                              tuning=tuning)[0].executable
 
 
-def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, precision: str = "float32",
+def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3,
+                      precision: Precision | str = Precision.FP32,
                       layout: str | None = None, report: BuildReport | None = None,
                       tuning: TuningSetup | None = None, tuned: int = 0,
                       labels: list[str] | None = None, external_weights: bool = False) -> list[Lowered]:
@@ -104,7 +96,8 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
     ``tuning`` applies to ``specs[tuned]`` only (the level this machine runs and can measure).  ``report``
     gets the first target's schedule rules and the summed lowering time; ``labels`` name the targets in
     progress reports (the level names of a portable target).  ``external_weights``: lift the large constants
-    out of CPU executables scheduled by forgekit (the library must then embed them: ``Lowered.weights``)."""
+    out of CPU executables scheduled by forgekit (the library must then embed them: ``Lowered.weights``).
+    ``precision``: any spelling of a :class:`~forgekit.options.Precision` (resolved here, once)."""
     import tvm
 
     from .backends.pipeline import uses_cpu_schedules
@@ -116,7 +109,8 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
     if tuning is not None and not scheduled:
         raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {first.name} at level {opt_level}): "
                          "drop --tune-trials or change the target/level.")
-    if precision == "bfloat16":
+    precision = Precision.parse(precision)
+    if precision is Precision.BF16:
         check_bf16(specs, opt_level, scheduled)
     report = report or BuildReport(opt_level)
     passes = graph_passes(opt_level, precision=precision, layout=layout)
@@ -131,9 +125,8 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3, 
             for index, spec in enumerate(specs):
                 label = labels[index] if labels else spec.name
                 progress.report(f"lowering for {label}" + (f" ({index + 1} of {len(specs)})" if len(specs) > 1 else ""))
-                executables.append(_lower(mod, spec, opt_level, report, tuning if index == tuned else None,
-                                          rules=index == 0, bf16=precision == "bfloat16",
-                                          external_weights=external_weights))
+                executables.append(_lower(mod, spec, opt_level, precision, report, tuning if index == tuned else None,
+                                          rules=index == 0, external_weights=external_weights))
                 if len(specs) > 1 and labels and uses_cpu_schedules(opt_level, spec.is_cpu):
                     from .backends.cpu.registry import FLOPS, STATS
 
@@ -158,12 +151,12 @@ def check_bf16(specs: list[TargetSpec], opt_level: int, scheduled: bool) -> None
         check_target(tvm_target_for(spec, opt_level), spec.name)
 
 
-def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuning: TuningSetup | None,
-           rules: bool, bf16: bool = False, external_weights: bool = False) -> Lowered:
+def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, report: BuildReport,
+           tuning: TuningSetup | None, rules: bool, external_weights: bool = False) -> Lowered:
     """The backend's lowering pipeline and codegen of a graph-optimised module for one target."""
     import tvm
 
-    from .backends.pipeline import lowering_pipeline, uses_cpu_schedules
+    from .backends.pipeline import build_scope, lowering_pipeline, uses_cpu_schedules
 
     scheduled = uses_cpu_schedules(opt_level, spec.is_cpu)
     target = tvm_target_for(spec, opt_level)
@@ -172,16 +165,15 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, report: BuildReport, tuni
 
         STATS.clear()
         FLOPS.clear()
-    database = _tune(mod, target, tuning, report, bf16) if tuning is not None else None
+    database = _tune(mod, target, tuning, report, precision) if tuning is not None else None
     weights = None
     if scheduled and external_weights:
         from .backends.cpu.weights import WeightStore
 
         weights = WeightStore()
-    pipeline = lowering_pipeline(opt_level, target, is_cpu=spec.is_cpu, is_cuda=spec.is_cuda, database=database,
-                                  bf16=bf16, weights=weights)
+    pipeline = lowering_pipeline(spec, target, opt_level, precision=precision, database=database, weights=weights)
     start = time.perf_counter()
-    with target, _device_compiler(spec, opt_level):
+    with target, build_scope(spec, opt_level):
         executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     report.seconds["lower_and_codegen"] = round(report.seconds.get("lower_and_codegen", 0.0)
                                                 + time.perf_counter() - start, 3)
@@ -201,19 +193,19 @@ def _hint(message: str) -> str:
     return _SHAPE_HINT if "CodeGenVM cannot emit this Relax operator" in message else ""
 
 
-def _tune(mod: Any, target: Any, tuning: TuningSetup, report: BuildReport, bf16: bool = False) -> Any:
-    """Measure (when trials > 0) and return the records the CPU pipeline schedules with (``bf16``: the kernels
-    the bf16 build has; its bf16 ones have no knobs and are not measured)."""
+def _tune(mod: Any, target: Any, tuning: TuningSetup, report: BuildReport, precision: Precision) -> Any:
+    """Measure (when trials > 0) and return the records the CPU pipeline schedules with (the kernels the build of
+    ``precision`` has: bf16 ones have no knobs and are not measured)."""
     import tvm
 
-    from .backends.cpu import fusion_passes
+    from .backends.cpu.pipeline import fusion_passes
     from .tuning.records import RecordSet
     from .tuning.tuner import tune
 
     start = time.perf_counter()
     if tuning.trials > 0:
         with target:
-            fused = tvm.transform.Sequential(fusion_passes(target, bf16=bf16))(mod)
+            fused = tvm.transform.Sequential(fusion_passes(target, precision=precision))(mod)
         summary = tune(fused, target, tuning.trials, tuning.folders, progress=tuning.progress,
                        measure=tuning.measure)
         report.tuning = summary.to_dict()

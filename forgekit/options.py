@@ -7,6 +7,7 @@ build these objects; stages take them as plain data.  A bad value is a one-line
 
 from __future__ import annotations
 
+import enum
 import uuid as _uuid
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -23,9 +24,36 @@ from .runtime.cpu import host_arch
 DEFAULT_TARGET = {"x86_64": "x86-64", "aarch64": "arm/aarch64"}.get(host_arch(), "host")
 DEFAULT_OUTPUT = "./compile_output"
 OPT_LEVELS = (0, 1, 2, 3, 4)
-PRECISIONS = ("float32", "float16", "bfloat16")
-#: the CLI's --precision spellings -> PRECISIONS
-PRECISION_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", **{p: p for p in PRECISIONS}}
+
+
+class Precision(enum.StrEnum):
+    """What a compiled model's convolutions and matmuls compute in (accumulating in fp32): resolved once, in
+    :class:`CompileOptions`, from every spelling (``--precision fp16``, ``set_float16=True``, ``"bfloat16"``) and
+    read where a stage needs it.  A ``str``: it compares equal to, prints and serializes as its long name.  int8 is
+    not one: a quantized model's operators are integer whatever this says (:mod:`forgekit.quantize`)."""
+
+    FP32 = "float32"
+    FP16 = "float16"  # ToMixedPrecision (forgekit.passes): CUDA targets, or the same graph built for a CPU
+    BF16 = "bfloat16"  # forgekit's CPU kernels on AVX512_BF16 (forgekit.backends.cpu.bf16), opt level 3-4
+
+    @property
+    def short(self) -> str:
+        """The CLI's spelling: ``fp32``, ``fp16``, ``bf16``."""
+        return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[self.value]
+
+    @classmethod
+    def parse(cls, value: Any) -> Precision:
+        """A :class:`Precision` from a member or any of its spellings, long or short, in any case; a one-line
+        :class:`UsageError` naming the long ones otherwise."""
+        found = PRECISION_NAMES.get(str(value).lower()) if isinstance(value, str) else None
+        if found is None:
+            _choice("precision", value, PRECISIONS)
+        return found
+
+
+PRECISIONS = tuple(p.value for p in Precision)
+#: every spelling of each precision (the CLI's --precision fp32|fp16|bf16 and the long names) -> Precision
+PRECISION_NAMES = {**{p.short: p for p in Precision}, **{p.value: p for p in Precision}}
 #: ``set_channel_layout`` spellings -> "first" (NCHW, what ONNX has) or "last" (NHWC)
 LAYOUTS = {"first": "first", "nchw": "first", "last": "last", "nhwc": "last"}
 ACTIVATION_DTYPES = ("int8", "uint8")
@@ -80,7 +108,8 @@ class CompileOptions:
     host: Any = None
     output_path: str | Path = DEFAULT_OUTPUT
     opt_level: int = 3
-    precision: str = "float32"
+    #: any spelling of a :class:`Precision` (``"fp16"``, ``"float16"``...): a :class:`Precision` once made
+    precision: Precision | str = Precision.FP32
     layout: str | None = None
     export_ir: bool = False
     export_metadata: bool = False
@@ -93,7 +122,7 @@ class CompileOptions:
 
     def __post_init__(self) -> None:
         _integer("opt_level", self.opt_level, OPT_LEVELS[0], OPT_LEVELS[-1])
-        _choice("precision", self.precision, PRECISIONS)
+        object.__setattr__(self, "precision", Precision.parse(self.precision))
         object.__setattr__(self, "layout", normalize_layout(self.layout))
         if self.uuid is not None:
             try:
@@ -116,7 +145,7 @@ class CompileOptions:
         tuning = None if tuning_trials is None else TuneOptions(trials=tuning_trials, records=records, rpc=tuning_rpc)
         if set_float16 and set_bfloat16:
             raise UsageError("set_float16 and set_bfloat16 exclude each other: pick one precision.")
-        precision = "float16" if set_float16 else "bfloat16" if set_bfloat16 else "float32"
+        precision = Precision.FP16 if set_float16 else Precision.BF16 if set_bfloat16 else Precision.FP32
         return cls(precision=precision, layout=set_channel_layout,
                    export_ir=export_relay, force=force_overwrite, tuning=tuning, **kwargs)
 

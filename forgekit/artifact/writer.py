@@ -99,8 +99,7 @@ def variant_entry(level: str | None, path: Path, cpu_features: list[str]) -> dic
 
 def _metadata_context(spec: TargetSpec, model: ModelDescription, options: CompileOptions, artifact_uuid: str,
                       sha: str, size: int, compile_seconds: float, linked: Linked) -> dict[str, Any]:
-    float16 = options.precision == "float16"
-    bf16 = options.precision == "bfloat16"  # conv2d/matmul in bf16 (vdpbf16ps), the rest fp32
+    reduced = options.precision.value if options.precision != "float32" else None  # conv2d/matmul in fp16 or bf16
     return {
         "uuid": artifact_uuid,
         "created": md.created_timestamp(),
@@ -110,7 +109,7 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
             "source": model.source,
             "hash": model.hash,
             "fingerprint": model.fingerprint,
-            "precision": "float16" if float16 else "bfloat16" if bf16 else model.precision,
+            "precision": reduced or model.precision,
             "quantization": model.quantization,  # None unless the model was quantized (forgekit.quantize)
             "layout": "NHWC" if options.layout == "last" else "NCHW",
             # an input's "values" only when known (an index's table size, a quantized model's calibration)
@@ -122,7 +121,7 @@ def _metadata_context(spec: TargetSpec, model: ModelDescription, options: Compil
         },
         "build": {
             "opt_level": options.opt_level,
-            "float16": float16,
+            "float16": reduced == "float16",
             "target": spec.target,
             "host": spec.host_dict,
             "target_name": spec.name,

@@ -37,43 +37,45 @@ class Linked:
     device: dict[str, str] = field(default_factory=dict)
 
 
+def _device_code(spec: TargetSpec) -> Any:
+    """The device kind's part of linking (:mod:`.cuda.export`: ``check``, ``toolchain``, ``device_requirements``,
+    ``export_options``); None for a CPU target, whose code is all the host's."""
+    if spec.is_cuda:
+        from .cuda import export
+
+        return export
+    return None
+
+
 def linker(spec: TargetSpec) -> Callable[..., Any] | None:
     """The family's ``fcompile``, after the device kind's compiler is checked: fails fast, before a long build,
     when a toolchain is missing."""
-    if spec.is_cuda:
-        from .cuda import export as cuda
-
-        cuda.check(spec)
+    if (code := _device_code(spec)) is not None:
+        code.check(spec)
     return spec.family_impl.linker(spec)
 
 
 def toolchain(spec: TargetSpec) -> dict[str, str]:
     """Names and versions of the tools that build the target's libraries (metadata ``build.toolchain``)."""
     info = dict(spec.family_impl.toolchain(spec))
-    if spec.is_cuda:
-        from .cuda import export as cuda
-
-        info.update(cuda.toolchain(spec))
+    if (code := _device_code(spec)) is not None:
+        info.update(code.toolchain(spec))
     return info
 
 
 def device(spec: TargetSpec) -> dict[str, str]:
     """Where the artifact runs (metadata ``build.device``): OS and device kind, and for a GPU what it needs."""
     out = {"os": spec.family_impl.OS, "kind": spec.family_impl.DEVICE}
-    if spec.is_cuda:
-        from .cuda import export as cuda
-
-        out.update(cuda.device_requirements(spec))
+    if (code := _device_code(spec)) is not None:
+        out.update(code.device_requirements(spec))
     return out
 
 
 def export_options(spec: TargetSpec, opt_level: int) -> dict[str, Any]:
     """``Executable.export_library`` arguments: the family's, then the device kind's (a CUDA fatbin)."""
     options = dict(spec.family_impl.export_options(spec, opt_level))
-    if spec.is_cuda:
-        from .cuda import export as cuda
-
-        options.update(cuda.export_options(spec, opt_level))
+    if (code := _device_code(spec)) is not None:
+        options.update(code.export_options(spec, opt_level))
     return options
 
 

@@ -1,8 +1,15 @@
-"""Which lowering pipeline a build uses, by target kind and opt level."""
+"""Which lowering pipeline a build uses: one per device kind, each the ``pipeline.py`` of its backend package
+(:mod:`.cpu.pipeline`, :mod:`.cuda.pipeline`), where its whole pass order is written out phase by phase."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from ..options import Precision
+
+if TYPE_CHECKING:
+    from ..targets import TargetSpec
 
 
 def uses_cpu_schedules(opt_level: int, is_cpu: bool) -> bool:
@@ -10,37 +17,32 @@ def uses_cpu_schedules(opt_level: int, is_cpu: bool) -> bool:
     return opt_level >= 3 and is_cpu
 
 
-def lowering_pipeline(opt_level: int, target: Any, *, is_cpu: bool, is_cuda: bool, database: Any = None,
-                      bf16: bool = False, weights: Any = None) -> Any:
-    """The Relax->VM pipeline for ``target`` at ``opt_level``.
+def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precision: Precision = Precision.FP32,
+                      database: Any = None, weights: Any = None) -> Any:
+    """The Relax->VM pipeline for ``spec`` (built as the ``tvm.target.Target`` ``target``) at ``opt_level``.
 
-    CPU from level 3: :func:`.cpu.cpu_pipeline` (NHWC, packed weights and a scheduled loop nest for every
-    fused kernel; without it TVM's CPU output is 10-40x slower than onnxruntime), with tuning records
-    from ``database``; ``bf16``: conv2d/matmul in bf16 (:mod:`.cpu.bf16`); ``weights``: a
-    :class:`.cpu.weights.WeightStore` the large constants are lifted into (CPU levels 3-4 only).  Level 2
-    (and GPUs): TVM's default pipeline with fusion (DLight on GPUs).  Below: unfused (on GPUs still DLight-scheduled,
-    :func:`.cuda.pipeline.unfused_pipeline`).
-
-    CPU pipelines at every level start with :func:`forgekit.passes.index_checks.check_indices_pass`: an index
-    a model reads from its inputs is bounds-checked before any gather or scatter uses it.
+    ``database``: tuning records, ``weights``: a :class:`.cpu.weights.WeightStore` the large constants are lifted
+    into (CPU targets at levels 3-4).  A target of another kind gets TVM's default pipeline (with fusion from
+    level 2).
     """
-    import tvm
+    if spec.is_cpu:
+        from .cpu.pipeline import lowering_pipeline as cpu
+
+        return cpu(target, opt_level, precision=precision, database=database, weights=weights)
+    if spec.is_cuda:
+        from .cuda.pipeline import lowering_pipeline as cuda
+
+        return cuda(target, opt_level)
     from tvm import relax
 
-    if uses_cpu_schedules(opt_level, is_cpu):
-        from .cpu import cpu_pipeline
+    return relax.get_default_pipeline(target) if opt_level >= 2 else relax.get_pipeline("default_build")
 
-        pipeline = cpu_pipeline(target, database=database, bf16=bf16, weights=weights)
-    elif opt_level >= 2:
-        pipeline = relax.get_default_pipeline(target)
-    elif is_cuda:
-        from .cuda.pipeline import unfused_pipeline
 
-        return unfused_pipeline(target)
-    else:
-        pipeline = relax.get_pipeline("default_build")
-    if not is_cpu:
-        return pipeline
-    from ..passes.index_checks import check_indices_pass
+def build_scope(spec: TargetSpec, opt_level: int) -> Any:
+    """What a build of ``spec`` runs inside: CUDA's nvcc callback (:func:`.cuda.pipeline.build_scope`), else
+    nothing."""
+    if spec.is_cuda:
+        from .cuda.pipeline import build_scope as cuda
 
-    return tvm.transform.Sequential([check_indices_pass(), pipeline], name="forgekit.CheckedPipeline")
+        return cuda(spec.cuda_arch, opt_level)
+    return contextlib.nullcontext()

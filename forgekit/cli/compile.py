@@ -12,7 +12,7 @@ import typer
 
 from .. import log, progress
 from ..errors import UsageError
-from ..options import CompileOptions, QuantizeOptions, TuneOptions
+from ..options import CompileOptions, Precision, QuantizeOptions, TuneOptions
 from .app import app, command, deprecated
 from .options import (C, Q, CalibDataOpt, DynamicOpt, ForceOpt, FreezeOpt, InputPathOpt, JsonOpt, ModelArg,
                       OffloadOpt, PasswordFileOpt, ShapeOpt, model_arg, parse_dynamic, parse_freeze, parse_shapes,
@@ -174,7 +174,7 @@ def compile(  # noqa: A001 - the verb users type
 
         check_offload(offload, spec.name)
     precision = _precision(precision, float16)
-    if precision == "bfloat16":  # a target without AVX512_BF16 fails here, before the import
+    if precision is Precision.BF16:  # a target without AVX512_BF16 fails here, before the import
         from ..build import check_bf16
 
         check_bf16([spec], opt_level, spec.is_cpu and opt_level >= 3)
@@ -199,16 +199,16 @@ def compile(  # noqa: A001 - the verb users type
             print(line)
 
 
-def _precision(name: str, float16: bool) -> str:
-    """--precision (fp32|bf16|fp16 or the long names) and the older --float16 -> a PRECISIONS value."""
+def _precision(name: str, float16: bool) -> Precision:
+    """--precision (fp32|bf16|fp16 or the long names) and the older --float16 -> a :class:`Precision`."""
     from ..options import PRECISION_NAMES
 
     precision = PRECISION_NAMES.get(name.lower())
     if precision is None:
         raise UsageError(f"Unsupported precision '{name}': use fp32, bf16 or fp16.")
-    if float16 and precision not in ("float32", "float16"):
+    if float16 and precision not in (Precision.FP32, Precision.FP16):
         raise UsageError(f"--float16 and --precision {name} exclude each other: pick one.")
-    return "float16" if float16 else precision
+    return Precision.FP16 if float16 else precision
 
 
 def _summary(model: str, result: Any, opt_level: int) -> None:

@@ -52,7 +52,8 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 def import_graph() -> dict[str, set[str]]:
     """module -> the forgekit modules its import statements execute: the imported module and every package
     above it that is not a package above the importer (Python runs a package's ``__init__`` before any of
-    its submodules, so a cycle through an ``__init__`` is a real cycle)."""
+    its submodules, so a cycle through an ``__init__`` is a real cycle).  The one import left out is a
+    :data:`DEPRECATED_ALIASES` module's import of where its names went."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -164,6 +165,35 @@ def test_deprecated_aliases_warn_and_forward(alias: str) -> None:
     for name, target in module._MOVED.items():
         with pytest.warns(DeprecationWarning, match=target):
             assert getattr(module, name) is getattr(importlib.import_module(target), name)
+
+
+def test_each_device_kind_has_one_backend_package_with_one_visible_pipeline() -> None:
+    """backends/<kind>/pipeline.py holds the whole lowering of that kind (numbered phases, as TVM's
+    relax/backend/<kind>/pipeline.py), and backends/pipeline.py picks it by kind."""
+    from forgekit.targets.families import FAMILIES
+
+    kinds = {family.DEVICE for family in FAMILIES.values()}
+    assert kinds == {"cpu", "cuda"}, f"a new device kind: give it forgekit/backends/<kind>/ ({kinds})"
+    for kind in sorted(kinds):
+        pipeline = PACKAGE / "backends" / kind / "pipeline.py"
+        assert pipeline.is_file(), f"{kind}: no backends/{kind}/pipeline.py"
+        text = pipeline.read_text()
+        assert "def lowering_pipeline(" in text and "phase 1" in text, f"{pipeline}: no phased lowering_pipeline"
+
+
+def test_cuda_compile_knowledge_stays_in_the_cuda_backend() -> None:
+    """Only forgekit.backends reaches into backends/cuda (nvcc, the fatbin, the CUDA pipeline); targets/ keeps the
+    host side and the tag table, build.py and the artifact writer ask backends/ by device kind."""
+    reaching = {module for module, imported in import_graph().items()
+                if any(t.startswith("forgekit.backends.cuda") for t in imported)}
+    outside = {m for m in reaching if not m.startswith("forgekit.backends")}
+    assert not outside, f"modules outside forgekit/backends/ import the CUDA backend: {sorted(outside)}"
+
+
+def test_a_lazy_import_between_packages_makes_a_package_cycle() -> None:
+    graph = {"forgekit.a.x": {"forgekit.b", "forgekit.b.y"}, "forgekit.b": set(), "forgekit.b.y": {"forgekit.a.z"},
+             "forgekit.a.z": set(), "forgekit.c": {"forgekit.a.x"}}
+    assert find_cycles(package_graph(graph)) == [["forgekit.a", "forgekit.b"]]
 
 
 def test_the_cycle_finder_finds_cycles() -> None:

@@ -1,26 +1,52 @@
-"""CUDA lowering pipelines that TVM does not provide as such."""
+"""The CUDA backend's lowering, in the order it runs (TVM's CUDA pipeline, spelled out so that every level is one
+list): after forgekit's graph passes (:func:`forgekit.passes.graph_passes`, where ``Precision.FP16`` rewrites
+convolutions and matmuls to fp16 with fp32 accumulation), once per target::
+
+    phase 1  library dispatch          TVM's CUDA library offloads (none enabled by default)
+    phase 2  legalize (+ fuse)         operators to TIR; FuseOps/FuseTIR from opt level 2 only
+    phase 3  dataflow lowering         DLight's default GPU rules bind every kernel to blocks and threads
+    phase 4  finalize                  VM code generation
+
+``default_build`` (levels 0-1 elsewhere) schedules nothing, so on a GPU every kernel would stay a host loop
+nest that reads device memory: the unfused levels drop only fusion.  While TVM builds, nvcc compiles the
+kernels (:func:`build_scope`); at export they are packed as a fatbin (:mod:`.export`).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def unfused_pipeline(target: Any) -> Any:
-    """TVM's CUDA pipeline without FuseOps/FuseTIR (levels 0-1 on GPUs).
-
-    ``default_build`` schedules nothing, so on a GPU target every kernel would stay a host loop nest
-    that reads device memory; DLight's default GPU rules bind each operator to blocks and threads.
-    """
+def lowering_pipeline(target: Any, opt_level: int) -> Any:
+    """The Relax->VM pipeline of a CUDA target at ``opt_level``: phases 1-4 as one pass."""
     import tvm
     from tvm.relax.backend.cuda import pipeline as cuda
 
-    legalize = [p for p in cuda.legalize_passes(target) if p.info.name not in ("FuseOps", "FuseTIR")]
+    legalize = cuda.legalize_passes(target)
+    if opt_level < 2:
+        legalize = [p for p in legalize if p.info.name not in ("FuseOps", "FuseTIR")]
 
-    @tvm.transform.module_pass(opt_level=0, name="ForgekitGpuUnfused")
-    def unfused(mod: Any, _ctx: Any) -> Any:
+    @tvm.transform.module_pass(opt_level=0, name="ForgekitGpuUnfused" if opt_level < 2 else "ForgekitCuda")
+    def pipeline(mod: Any, _ctx: Any) -> Any:
         with target:
-            passes = (cuda.library_dispatch_passes(target) + legalize + cuda.dataflow_lower_passes(target)
-                      + cuda.finalize_passes(target))
-            return tvm.transform.Sequential(passes)(mod)
+            return tvm.transform.Sequential([
+                *cuda.library_dispatch_passes(target),  # phase 1
+                *legalize,                              # phase 2
+                *cuda.dataflow_lower_passes(target),    # phase 3
+                *cuda.finalize_passes(target),          # phase 4
+            ])(mod)
 
-    return unfused
+    return pipeline
+
+
+def unfused_pipeline(target: Any) -> Any:
+    """Levels 0-1: :func:`lowering_pipeline` without FuseOps/FuseTIR."""
+    return lowering_pipeline(target, 0)
+
+
+def build_scope(arch: str, opt_level: int) -> Any:
+    """The context a CUDA build runs in: nvcc compiles the kernels while TVM builds (with ``--use_fast_math`` at
+    level 4; see :mod:`.nvcc`)."""
+    from . import nvcc
+
+    return nvcc.scoped_compile_callback(arch, fast_math=opt_level >= 4)
