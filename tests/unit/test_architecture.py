@@ -190,6 +190,23 @@ def test_cuda_compile_knowledge_stays_in_the_cuda_backend() -> None:
     assert not outside, f"modules outside forgekit/backends/ import the CUDA backend: {sorted(outside)}"
 
 
+def test_packages_import_only_the_layers_below_theirs() -> None:
+    """docs/architecture.md draws the layers, top to bottom; every package and top-level module is on one line,
+    and imports only from lines below its own."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = doc.split("Packages (and top-level modules) import only", 1)[1].split("```", 2)[1]
+    rows = [re.findall(r"(?:^|\s)([a-z_]+)(?:/|\.py)", re.sub(r"\([^)]*\)", "", line)) for line in block.splitlines()]
+    layer = {f"forgekit.{name}": -depth for depth, names in enumerate(r for r in rows if r) for name in names}
+    graph = package_graph(import_graph())
+    missing = sorted(set(graph) - set(layer) - {"forgekit.__main__"})
+    assert not missing, f"add these to the layers of docs/architecture.md: {missing}"
+    upward = [f"{a} -> {b}" for a, imported in graph.items() for b in imported
+              if a in layer and b in layer and layer[b] >= layer[a]]
+    assert not upward, f"imports at or above their own layer (docs/architecture.md): {sorted(upward)}"
+
+
 def test_a_lazy_import_between_packages_makes_a_package_cycle() -> None:
     graph = {"forgekit.a.x": {"forgekit.b", "forgekit.b.y"}, "forgekit.b": set(), "forgekit.b.y": {"forgekit.a.z"},
              "forgekit.a.z": set(), "forgekit.c": {"forgekit.a.x"}}
