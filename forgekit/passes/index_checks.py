@@ -20,7 +20,7 @@ moved from [-n, 0) to [0, n), and their kernels read a negative index as it is, 
 ``scatter_elements`` shifts negative indices itself (and the importer does not), so [-n, n).  OneHot needs
 none: TVM computes it by comparison, and an index outside [-depth, depth) gives an all-off row, as ONNX says.
 
-CPU targets only (:func:`forgekit.backends.pipeline.lowering_pipeline`): a CUDA kernel has no way to end the
+CPU targets only (phase 0 of :func:`forgekit.backends.cpu.pipeline.lowering_pipeline`): a CUDA kernel cannot end the
 VM call with an error; GPU builds keep TVM's behaviour (documented in docs/deployment.md).
 """
 
