@@ -226,3 +226,13 @@ def test_a_decoder_attending_to_a_second_inputs_length() -> None:
 
 def test_a_decoder_attending_to_a_second_inputs_length_below_opt_level_3() -> None:
     _check(decoder(), [{"tgt": (1, 3, 16), "memory": (1, 5, 16)}, {"tgt": (1, 1, 16), "memory": (1, 9, 16)}], level=2)
+
+
+def test_a_runtime_if_whose_branches_both_fail_is_an_import_error() -> None:
+    """Neither branch takes 6 samples: the first branch's error (was: a RecursionError, each branch
+    standing in for the other)."""
+    from forgekit.importer.errors import ConversionError
+
+    with pytest.raises(ConversionError, match=r"Reshape node .*R.shape\(\[1, 1, 8\]\)"):
+        forgekit.from_onnx(vad(([1, 1, 8], [1, 1, 4]), {"x": [1, "L"]}), {"x": [1, 6]})
+

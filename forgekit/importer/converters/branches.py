@@ -66,9 +66,11 @@ def _convert_subgraph(self, bb, graph):
     try:
         out = _ORIG_CONVERT_SUBGRAPH(self, bb, graph)
     except ConversionError as exc:
+        failed = self.__dict__.setdefault("_forgekit_failed", set())
         found = _sibling(graph)
-        if found is None or _constant_condition(self, found[0]):
+        if found is None or key in failed or _constant_condition(self, found[0]):
             raise
+        failed.add(key)  # its sibling must not fall back on it in turn
         node, sibling = found
         try:
             other = _convert_subgraph(self, bb, sibling)
