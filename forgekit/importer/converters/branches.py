@@ -5,7 +5,7 @@ Silero VAD picks its 16 kHz or 8 kHz sub-model with ``If(sr == 16000)``; each ex
 is only wrong there if that branch is taken, and onnxruntime fails then, at run time.  TVM's frontend
 converts both branches and failed the whole import ("Matmul requires the reduction length ...") unless
 ``sr`` was frozen.  Here a branch whose conversion fails while its sibling converts becomes the sibling's
-value behind an assertion that fails at run time with the conversion's reason; a warning says so at import.
+value behind a kernel that fails at run time with the conversion's reason; a warning says so at import.
 Both failing is still the import error.  Unsupported operators never get here (they are refused, all at
 once, before conversion).
 """
@@ -77,13 +77,38 @@ def _convert_subgraph(self, bb, graph):
         except ConversionError:
             raise exc from None
         reason = f"If node '{node.name}': its branch '{graph.name}' cannot be converted at these input shapes ({exc.detail})"
+        out = _raising(bb, self._nodes.get(node.input[0]), other, reason)
+        if out is None:
+            raise exc from None
         log.warn(f"{reason}; it raises at run time if taken, as in onnxruntime")
-        # the assertion inside the branch's own sequence: the frontend emits branch bodies in the outer scope
-        check = relax.BindingBlock([relax.VarBinding(relax.Var("unavailable", relax.TupleType([])),
-                                                     relax.op.assert_op(relax.const(False), format=reason[:300]))])
-        out = relax.SeqExpr([check], other)
     cache[key] = out
     return out
+
+
+def _raising(bb, cond, other, reason: str):
+    """``other`` (the sibling's value) behind a kernel that fails with ``reason`` when run: a TIR assertion, which
+    every runtime (Python, C) reports, where Relax's ``assert_op`` needs TVM's Python package.  The kernel reads
+    the condition and adds its zero to the first output, so nothing removes it; it runs inside the branch only."""
+    first = other.fields[0] if isinstance(other, relax.Tuple) else other
+    dtype = str(getattr(first.ty, "dtype", ""))
+    if cond is None or not dtype.startswith(("float", "int", "uint")):
+        return None
+    text = reason[:300]
+    source = "\n".join([
+        "@T.prim_func(private=True, s_tir=True)",
+        f"def unavailable(cond: T.Buffer((), '{cond.ty.dtype}'), out: T.Buffer((), '{dtype}')):",
+        '    T.func_attr({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})',
+        '    with T.sblock("unavailable"):',
+        "        T.reads(cond[()])",
+        "        T.writes(out[()])",
+        f"        assert T.bool(False), ('RuntimeError', [{text!r}])",
+        f"        out[()] = T.Cast('{dtype}', cond[()]) * T.Cast('{dtype}', 0)",
+    ])
+    kernel = bb.add_func(tvm.script.from_source(source, extra_vars={"T": tvm.script.tirx}), "branch_unavailable")
+    flag = relax.Var("unavailable", relax.TensorType((), dtype))
+    check = relax.BindingBlock([relax.VarBinding(flag, relax.call_tir(kernel, [cond], relax.TensorType((), dtype)))])
+    value = relax.op.add(first, flag)
+    return relax.SeqExpr([check], relax.Tuple([value, *other.fields[1:]]) if isinstance(other, relax.Tuple) else value)
 
 
 @contextlib.contextmanager
