@@ -122,6 +122,15 @@ def test_same_pooling_at_opt_level_0() -> None:
     _check(same_pool("MaxPool", "SAME_UPPER"), [{"x": (1, 4, 13, 6)}, {"x": (1, 4, 5, 5)}], level=0)
 
 
+def test_one_artifact_serves_odd_and_even_sizes(tmp_path: Path) -> None:
+    model = same_pool("AveragePool", "SAME_UPPER")
+    forgekit.from_onnx(model).compile("host", output_path=tmp_path / "pool", opt_level=3)
+    engine = forgekit.Engine(tmp_path / "pool")
+    for shape in ((1, 4, 7, 9), (1, 4, 8, 8)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        assert_close(engine.infer(x)[0], ort_run(model, {"x": x})[0])
+
+
 def batch_squeezed() -> onnx.ModelProto:
     """``x[B, S]`` squeezed on axis 0: B must be 1 (ONNX refuses to squeeze any other size), S may vary."""
     return _model([n("Squeeze", ["x", "ax0"], ["s"]), n("Relu", ["s"], ["y"])], {"x": ["B", "S"]}, [_int("ax0", [0])])
