@@ -114,7 +114,7 @@ def _check(path: str, shapes: dict | None, freeze: dict | None, json_out: str | 
             by_op.setdefault(item["op"], []).append(item["node"])
         for op, nodes in by_op.items():
             print(f"unsupported: {op} ({len(nodes)}): {', '.join(nodes)}")
-        for item in report["dynamic_inputs"]:
+        for item in report["dynamic_inputs"] if failure is None else []:  # a failed import's error names them
             shape = "?" if item["shape"] is None else fmt_shape(item["shape"])
             print(f"dynamic input: {item['name']} [{shape}] (kept dynamic; pin it with --input-shape "
                   f"{item['name']}=... for a fixed size)")
