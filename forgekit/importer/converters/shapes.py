@@ -103,20 +103,21 @@ class Concat(_fe.Concat):
 
 
 def _known_equal(a, b) -> bool | None:
-    """``a == b`` for two shape values when it is known at import time (a dimension is never negative)."""
+    """``a == b`` for two shape values when it is known at import time: a symbolic dimension is at least 1
+    (forgekit's ranges start at 1), so never 0 nor negative."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     if tvm_ffi.structural_equal(a, b):
         return True
-    if isinstance(a, int) and a < 0 or isinstance(b, int) and b < 0:
+    if isinstance(a, int) and a < 1 or isinstance(b, int) and b < 1:
         return False
     return None
 
 
 class Equal(_fe.Equal):
     """``Equal(shape, -1)`` (torch's ``expand(-1, ...)`` with traced sizes: ``Where(Equal(size, -1), 1, size)``)
-    is known at import time: a dimension is never negative.  TVM's converter takes no scalar here, and it
-    says ``N == 1`` is false for a symbolic ``N``; a comparison it cannot know stays a runtime tensor."""
+    is known at import time: a dimension is never negative.  TVM's converter takes no scalar here; a
+    comparison with a positive size it cannot know is left to it (one-dimensional) or a runtime tensor."""
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
@@ -128,6 +129,10 @@ class Equal(_fe.Equal):
                                                             rhs * n if len(rhs) == 1 else rhs)]
                 if None not in known:
                     return relax.const(np.array(known, bool), "bool")
+                if len(lhs) == len(rhs) and all(isinstance(x, relax.ShapeExpr) or x.ty.ndim == 1 for x in inputs):
+                    # ``N == 2``: TVM's answer (structural, so False) as before; a runtime tensor here would
+                    # turn the Where/Reshape after it into a runtime shape that later imports cannot use
+                    return super()._impl_v13(bb, inputs, attr, params)
             inputs = [bb.normalize(relax.op.shape_to_tensor(x)) if isinstance(x, relax.ShapeExpr) else x
                       for x in inputs]
             return relax.op.equal(*inputs)
