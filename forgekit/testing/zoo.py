@@ -5,9 +5,10 @@ depthwise mobile net, a detector, OCR, a transformer encoder) at their real shap
     model = MODELS["resnet50"](batch=1, levels=16)
     feeds = example_feeds(model)
 
-Every builder is ``name(batch=1, levels=None) -> onnx.ModelProto``.  ``levels`` rounds each float weight
-tensor to that many evenly spaced values between its min and max: the same graph and numerics class, but
-the model and its compiled artifacts compress ~8x with xz (a GPU bench ships them in a small archive).
+Every builder is ``name(batch=1, levels=None) -> onnx.ModelProto``.  ``levels`` rounds the weights
+(:func:`quantize_levels`: each output channel to that many evenly spaced values, zero among them): the same
+graph and numerics class (the values change: compare with onnxruntime on the same rounded model), but the
+model and its compiled artifacts compress ~5x with xz (a GPU bench ships them in a small archive).
 
 PP-OCRv4's detector and recognizer are the real models from the ``rapidocr-onnxruntime`` wheel (found, not
 imported: its ``__init__`` needs OpenCV); :class:`ModelUnavailable` says so when the wheel is missing."""
@@ -24,6 +25,7 @@ from onnx import TensorProto, numpy_helper
 
 from .zoo_cnn import mobilenetv2 as _mobilenetv2
 from .zoo_cnn import resnet50 as _resnet50
+from .zoo_cnn import text_image
 from .zoo_cnn import yolov8_style as _yolov8_style
 from .zoo_nlp import bert_style as _bert_style
 
@@ -37,12 +39,26 @@ class ModelUnavailable(RuntimeError):
     """A zoo model whose weights come with a package that is not installed."""
 
 
+# The inputs that hold a layer's weights: the bulk of a model's bytes.
+_WEIGHT_INPUTS = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Gather": 0}
+
+
 def quantize_levels(model: onnx.ModelProto, levels: int) -> onnx.ModelProto:
-    """Round every float tensor with more than ``levels`` distinct values (initializers and Constant nodes'
-    values) to ``levels`` evenly spaced values between its min and max.  Small tensors (shape vectors, Resize
-    scales, Clip bounds, the DFL arange) have few distinct values and stay exact."""
-    if levels < 2:
-        raise ValueError(f"levels must be at least 2, got {levels}")
+    """Round every weight tensor (a constant read as Conv/ConvTranspose/MatMul/Gemm weights or a Gather table,
+    from an initializer or a Constant node) with more than ``levels`` distinct values: each slice along axis 0
+    (output channel, row) to at most ``levels`` evenly spaced values spanning its min and max, zero among them.
+
+    Only weights: rounding batch-norm statistics too made PP-OCR's activations overflow fp16 (a variance
+    rounded from 1e-3 to its tensor's minimum scales its channel up 30x, layer after layer: rec reached
+    3.5e14 in fp32, det 1.4e6), and biases, statistics, anchors or Resize scales are few bytes anyway.
+
+    Trained weights take coarse rounding worse than seeded ones: PP-OCRv4 det at 16 levels is a network so
+    ill-conditioned that fp16 weights alone move its output to cosine 0.998 (fp16 build 0.997 against fp32
+    onnxruntime); at 32 levels it is 0.9999 like the unrounded model.  All six at 16 levels are 29 MB with
+    ``xz -6``, at 32 levels 38 MB."""
+    if levels < 3:
+        raise ValueError(f"levels must be at least 3, got {levels}")
+    weights = {n.input[i] for n in model.graph.node if (i := _WEIGHT_INPUTS.get(n.op_type, -1)) >= 0 and len(n.input) > i}
 
     def rounded(t: onnx.TensorProto) -> onnx.TensorProto | None:
         if t.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE):
@@ -50,18 +66,23 @@ def quantize_levels(model: onnx.ModelProto, levels: int) -> onnx.ModelProto:
         a = numpy_helper.to_array(t)
         if a.size <= levels or np.unique(a).size <= levels:
             return None
-        lo, hi = float(a.min()), float(a.max())
-        step = (hi - lo) / (levels - 1)
-        q = (lo + np.round((a.astype(np.float64) - lo) / step) * step).astype(a.dtype)
-        return numpy_helper.from_array(q, t.name)
+        # One grid per slice along axis 0 (a conv's output channel, a table's row): a trained conv's channels
+        # differ 100x in scale, and one grid per tensor zeroed the small ones (PP-OCR det output all zeros).
+        # Multiples of the step, so that 0 is a level: a grid anchored at the min put the many near-zero
+        # weights on a level up to step/2 off zero, a bias summed over the whole fan-in.
+        rows = a.reshape(a.shape[0], -1).astype(np.float64) if a.ndim > 1 else a.reshape(1, -1).astype(np.float64)
+        step = (rows.max(1, keepdims=True) - rows.min(1, keepdims=True)) / (levels - 2)
+        step[step == 0] = 1.0  # a constant row is its own level
+        q = np.where(rows.max(1, keepdims=True) == rows.min(1, keepdims=True), rows, np.round(rows / step) * step)
+        return numpy_helper.from_array(q.reshape(a.shape).astype(a.dtype), t.name)
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for t in out.graph.initializer:
-        if (new := rounded(t)) is not None:
+        if t.name in weights and (new := rounded(t)) is not None:
             t.CopyFrom(new)
     for node in out.graph.node:  # PP-OCR (paddle2onnx) keeps its weights in Constant nodes
-        if node.op_type != "Constant":
+        if node.op_type != "Constant" or node.output[0] not in weights:
             continue
         for attr in node.attribute:
             if attr.name == "value" and (new := rounded(attr.t)) is not None:
@@ -140,22 +161,6 @@ def _vocab_of(model: onnx.ModelProto, name: str) -> int | None:
         if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] == name and node.input[0] in tables:
             return int(tables[node.input[0]][0])
     return None
-
-
-def text_image(rng: np.random.Generator, shape: list[int]) -> np.ndarray:
-    """A page in [0, 1): light paper with lines of dark strokes.  Uniform noise would do for a classifier,
-    but makes PP-OCR's detector output an all-but-zero map (1e-5 everywhere) that no comparison can judge."""
-    n, c, h, w = shape
-    img = (0.8 + 0.15 * rng.random((n, 1, h, w))).astype(np.float32)
-    for b in range(n):
-        for _ in range(max(1, h // 40)):
-            top, height = int(rng.integers(0, max(1, h - h // 8))), max(4, min(h // 2, int(rng.integers(12, 32))))
-            x = int(rng.integers(0, w // 4))
-            while x < w - 4 and rng.random() > 0.02:
-                width = int(rng.integers(2, 5))
-                img[b, 0, top:top + height, x:x + width] = 0.1 * rng.random()
-                x += width + int(rng.integers(2, 8)) + (int(rng.integers(8, 20)) if rng.random() < 0.1 else 0)
-    return np.repeat(img, c, 1)
 
 
 def example_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ class Net:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.n = 0
+        self.scales: dict[str, float] = {}  # conv output -> its spread on an example input (calibrate)
 
     def _name(self, kind: str) -> str:
         self.n += 1
@@ -39,13 +40,14 @@ class Net:
         return ys
 
     def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: str | None = "relu",
-             bn: bool = False, gamma: float = 1.0) -> str:
+             bn: bool = False, gamma: float = 1.0, gain: float | None = None, bias: float = 0.0) -> str:
         """Conv (+ BatchNormalization kept as a node when ``bn``) + activation (relu, relu6, silu or None).
 
-        The random draws come in the same order as before BN existed (weight, bias), so models built
-        without ``bn`` keep their weights."""
-        w = (self.rng.standard_normal((cout, cin // groups, k, k)) * np.sqrt(2.0 / (cin // groups * k * k))).astype(np.float32)
-        b = (self.rng.standard_normal(cout) * 0.05).astype(np.float32)
+        Weights are N(0, gain / fan_in) (He: gain 2).  The random draws come in the same order as before BN
+        existed (weight, bias), so models built without ``bn`` keep their weights."""
+        gain = 2.0 if gain is None else gain
+        w = (self.rng.standard_normal((cout, cin // groups, k, k)) * np.sqrt(gain / (cin // groups * k * k))).astype(np.float32)
+        b = (self.rng.standard_normal(cout) * 0.05 + bias).astype(np.float32)
         wn, y = self._name("w"), self._name("conv")
         self.inits.append(numpy_helper.from_array(w, wn))
         inputs = [x, wn]
@@ -93,6 +95,50 @@ class Net:
     def model(self, out: str, name: str, batch: int = 1) -> onnx.ModelProto:
         """An ImageNet classifier's graph: input [batch,3,224,224] -> logits [batch,1000]."""
         return self.finish(name, {"input": [batch, 3, 224, 224]}, {out: [batch, 1000]})
+
+
+def text_image(rng: np.random.Generator, shape: list[int]) -> np.ndarray:
+    """A page in [0, 1): light paper with lines of dark strokes.  Uniform noise would do for a classifier,
+    but makes PP-OCR's detector output an all-but-zero map (1e-5 everywhere) that no comparison can judge."""
+    n, c, h, w = shape
+    img = (0.8 + 0.15 * rng.random((n, 1, h, w))).astype(np.float32)
+    for b in range(n):
+        for _ in range(max(1, h // 40)):
+            top, height = int(rng.integers(0, max(1, h - h // 8))), max(4, min(h // 2, int(rng.integers(12, 32))))
+            x = int(rng.integers(0, w // 4))
+            while x < w - 4 and rng.random() > 0.02:
+                width = int(rng.integers(2, 5))
+                img[b, 0, top:top + height, x:x + width] = 0.1 * rng.random()
+                x += width + int(rng.integers(2, 8)) + (int(rng.integers(8, 20)) if rng.random() < 0.1 else 0)
+    return np.repeat(img, c, 1)
+
+
+def calibrate(model: onnx.ModelProto, scales: dict[str, float]) -> None:
+    """Scale every Conv's weights, in graph order, so that its output spreads (std) 1 on an example image,
+    or ``scales[out]``: what a trained network's batch norms do (LSUV).  Random He weights alone shrank a
+    30-layer SiLU detector's head to noise around a constant (the DFL softmax uniform, every class score
+    0.50+-0.02), so its output hardly depended on the network; a larger SiLU gain blew it up (std 500)."""
+    import onnxruntime
+
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    convs = [n for n in graph.node if n.op_type == "Conv" and n.input[1] in weights]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)  # the weights as inputs: one session, each conv's output computed on demand
+    names = {n.input[1] for n in convs}
+    kept = [t for t in probe.graph.initializer if t.name not in names]
+    del probe.graph.initializer[:]
+    probe.graph.initializer.extend(kept)
+    probe.graph.input.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, list(weights[n].dims)) for n in names)
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n.output[0]) for n in convs)
+    session = onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    image = text_image(np.random.default_rng(1), [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim])
+    feeds = {graph.input[0].name: image, **{n: numpy_helper.to_array(weights[n]) for n in names}}
+    for node in convs:
+        out = session.run([node.output[0]], feeds)[0]
+        feeds[node.input[1]] = feeds[node.input[1]] * np.float32(scales.get(node.output[0], 1.0) / max(float(out.std()), 1e-6))
+    for n in names:
+        weights[n].CopyFrom(numpy_helper.from_array(feeds[n], n))
 
 
 def resnet50(batch: int = 1) -> onnx.ModelProto:
@@ -154,7 +200,8 @@ def _detect(net: Net, feats: list[tuple[str, int, int]], batch: int, nc: int = 8
     outs, anchors, strides = [], [], []
     for (x, ch, size), stride in zip(feats, (8, 16, 32)):
         box = net.conv(net.conv(net.conv(x, ch, c2, 3, act="silu"), c2, c2, 3, act="silu"), c2, 4 * reg_max, 1, act=None)
-        cls = net.conv(net.conv(net.conv(x, ch, c3, 3, act="silu"), c3, c3, 3, act="silu"), c3, nc, 1, act=None)
+        cls = net.conv(net.conv(net.conv(x, ch, c3, 3, act="silu"), c3, c3, 3, act="silu"), c3, nc, 1, act=None, bias=-4.0)
+        net.scales[box], net.scales[cls] = 3.0, 2.0
         shape = net.const(np.array([batch, 4 * reg_max + nc, -1], np.int64), "shape")
         outs.append(net.op("Reshape", [net.op("Concat", [box, cls], axis=1), shape]))
         sy, sx = np.meshgrid(np.arange(size) + 0.5, np.arange(size) + 0.5, indexing="ij")
@@ -198,4 +245,8 @@ def yolov8_style(batch: int = 1, size: int = 320) -> onnx.ModelProto:
     o5 = _c2f(net, net.op("Concat", [net.conv(o4, 128, 128, 3, 2, act="silu"), p5], axis=1), 384, 256, 1, False)
     _detect(net, [(o3, 64, size // 8), (o4, 128, size // 16), (o5, 256, size // 32)], batch)
     anchors = sum((size // s) ** 2 for s in (8, 16, 32))
-    return net.finish("yolov8_style", {"images": [batch, 3, size, size]}, {"output0": [batch, 84, anchors]})
+    model = net.finish("yolov8_style", {"images": [batch, 3, size, size]}, {"output0": [batch, 84, anchors]})
+    # Trained heads have peaked bin logits (a box side is a few bins, not the mean of 16: std 3) and mostly
+    # negative class logits (ultralytics starts the class bias near -4.6: std 2 around -4, a few detections).
+    calibrate(model, net.scales)
+    return model
