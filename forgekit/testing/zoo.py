@@ -40,7 +40,7 @@ class ModelUnavailable(RuntimeError):
 
 
 # The inputs that hold a layer's weights: the bulk of a model's bytes.
-_WEIGHT_INPUTS = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Gather": 0}
+WEIGHT_INPUTS = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Gather": 0}
 
 
 def quantize_levels(model: onnx.ModelProto, levels: int) -> onnx.ModelProto:
@@ -58,7 +58,7 @@ def quantize_levels(model: onnx.ModelProto, levels: int) -> onnx.ModelProto:
     ``xz -6``, at 32 levels 38 MB."""
     if levels < 3:
         raise ValueError(f"levels must be at least 3, got {levels}")
-    weights = {n.input[i] for n in model.graph.node if (i := _WEIGHT_INPUTS.get(n.op_type, -1)) >= 0 and len(n.input) > i}
+    weights = {n.input[i] for n in model.graph.node if (i := WEIGHT_INPUTS.get(n.op_type, -1)) >= 0 and len(n.input) > i}
 
     def rounded(t: onnx.TensorProto) -> onnx.TensorProto | None:
         if t.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE):
