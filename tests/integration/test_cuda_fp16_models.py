@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 import forgekit as forge
 from forgekit.runtime import Engine
-from forgekit.testing.zoo import WEIGHT_INPUTS, MODELS, ModelUnavailable, example_feeds
+from forgekit.testing.zoo import MODELS, WEIGHT_INPUTS, ModelUnavailable, example_feeds
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
