@@ -227,11 +227,10 @@ def decoder() -> onnx.ModelProto:
                   [_weight("wq", (16, 16), 2), _weight("wk", (16, 16), 3), _weight("wv", (16, 16), 4)])
 
 
-@pytest.mark.xfail(strict=True, reason="backends/cpu/dynamic_matmul.py: the padded matmul's TE function reads its "
-                   "reduction extent from the Relax call (src_len), not from its placeholders' shapes: 'undefined "
-                   "variable src_len' at opt level 3 (a symbolic reduction that is not also a row or column)")
 def test_a_decoder_attending_to_a_second_inputs_length() -> None:
-    """Was: ``inspect --check`` said the model imports, then ``compile`` failed (exit 6)."""
+    """Was: ``inspect --check`` said the model imports, then ``compile`` failed (exit 6, 'undefined variable
+    src_len'): backends/cpu/dynamic_matmul.py's padded matmul read its reduction extent from the Relax call,
+    not from its placeholders' shapes (a symbolic reduction that is not also a row or column)."""
     _check(decoder(), [{"tgt": (1, 3, 16), "memory": (1, 5, 16)}, {"tgt": (1, 1, 16), "memory": (1, 9, 16)}])
 
 

@@ -45,21 +45,19 @@ def legalize_dynamic_matmul(bb: Any, call: Any, tinfo: IsaInfo) -> Any | None:
     m, k, n = xs[-2], xs[-1], ys[-1]
     if not tvm_ffi.structural_equal(k, ys[-2]):
         return None
-    lead = xs[:-2]
     ns, ms = _static(n), _static(m)
     if all(_static(v) is not None for v in (m, k, n)):
-        return _static_but_ragged(bb, a, b, lead, (ms, int(k), ns), tinfo)
+        return _static_but_ragged(bb, a, b, (ms, int(k), ns), tinfo)
     vt = choose_tiles(ns, ms, tinfo)[0] if ns is not None else symbolic_vector_tile(tinfo)
     rt = choose_tiles(ns if ns is not None else vt, ms, tinfo)[1]
     if ns is not None and ns % vt:
         return None  # a static column count the rule cannot tile exactly: leave it to the stock kernel
-    mp = m if ms is not None else round_up(m, rt)
-    np_ = n if ns is not None else round_up(n, vt)
-    return bb.call_te(_padded_matmul(lead, m, n, k, mp, np_, ms is None, ns is None), a, b,
-                      primfunc_name_hint="matmul")
+    rows = (lambda m_: m_) if ms is not None else (lambda m_: round_up(m_, rt))  # noqa: E731
+    cols = (lambda n_: n_) if ns is not None else (lambda n_: round_up(n_, vt))  # noqa: E731
+    return bb.call_te(_padded_matmul(rows, cols, ms is None, ns is None), a, b, primfunc_name_hint="matmul")
 
 
-def _static_but_ragged(bb: Any, a: Any, b: Any, lead: list, mkn: tuple[int, int, int], tinfo: IsaInfo) -> Any | None:
+def _static_but_ragged(bb: Any, a: Any, b: Any, mkn: tuple[int, int, int], tinfo: IsaInfo) -> Any | None:
     """A static activation matmul whose columns are not whole vectors or whose rows have no good register
     tile, padded like a symbolic one (None, the stock kernel, otherwise).  ViT's attention on 101 tokens (a
     prime): ``q @ k^T`` [101, 64] x [64, 101] ran one column at a time (4.8 GFLOP/s), ``softmax @ v``
@@ -70,14 +68,22 @@ def _static_but_ragged(bb: Any, a: Any, b: Any, lead: list, mkn: tuple[int, int,
     mp = padded_rows(np_, m, tinfo)
     if (mp, np_) == (m, n) or np_ % choose_tiles(np_, mp, tinfo)[0]:
         return None
-    return bb.call_te(_padded_matmul(lead, m, n, k, mp, np_, mp != m, np_ != n), a, b, primfunc_name_hint="matmul")
+    return bb.call_te(_padded_matmul(lambda _: mp, lambda _: np_, mp != m, np_ != n), a, b,
+                      primfunc_name_hint="matmul")
 
 
-def _padded_matmul(lead: list, m: Any, n: Any, k: Any, mp: Any, np_: Any, clamp_rows: bool, pad_cols: bool) -> Any:
-    """The TE function: ``mp`` x ``np_`` outputs (rows past ``m`` from a clamped row, columns past ``n`` from
-    zeros), sliced to ``m`` x ``n``."""
+def _padded_matmul(rows: Any, cols: Any, clamp_rows: bool, pad_cols: bool) -> Any:
+    """The TE function: ``rows(m)`` x ``cols(n)`` outputs (rows past ``m`` from a clamped row, columns past ``n``
+    from zeros), sliced to ``m`` x ``n``.
+
+    The sizes come from the placeholders ``x`` and ``y``, not from the Relax call: ``call_te`` binds the
+    placeholders' symbolic dims, and a symbol of the call that reaches the kernel only through the reduction
+    extent (a decoder's ``softmax @ v`` over the encoder's ``src_len``, which is neither a row nor a column)
+    was an undefined variable in the generated kernel."""
 
     def f(x: Any, y: Any) -> Any:
+        lead, m, k, n = list(x.shape[:-2]), x.shape[-2], x.shape[-1], y.shape[-1]
+        mp, np_ = rows(m), cols(n)
         if pad_cols:
             y = te.compute((*lead, k, np_), lambda *i: tirx.if_then_else(
                 i[-1] < n, y(*i[:-1], tirx.min(i[-1], n - 1)), tirx.const(0.0, "float32")), name="T_pad_cols")
