@@ -49,8 +49,8 @@ def parse_device(spec: str | None, meta: dict[str, Any]) -> Device:
     built = device_of(meta).get("kind", "cpu")
     if spec is None or str(spec).strip() == "":
         return Device(built if built in _KINDS else "cpu")
-    kind, _, index = str(spec).strip().lower().partition(":")
-    if kind not in _KINDS or (index and not index.isdigit()) or (kind == "cpu" and index not in ("", "0")):
+    kind, colon, index = str(spec).strip().lower().partition(":")
+    if kind not in _KINDS or (colon and not index.isdigit()) or (kind == "cpu" and index not in ("", "0")):
         raise UsageError(f"Device '{spec}' is not one forgekit runs on: use cpu, cuda or cuda:N (N: the GPU's index).")
     device = Device(kind, int(index or 0))
     if device.kind != built:

@@ -128,6 +128,7 @@ class Engine:
         ranges = self.metadata.get("model", {}).get("dynamic")
         if self.device.kind != "cpu" and any(on_device(a, self.device) for a in arrays):
             return check_device_inputs(self._inputs, arrays, self.device, ranges)
+        arrays = [_host_array(a) for a in arrays]
         if self._inputs:
             arrays = check_inputs(self._inputs, arrays, ranges)
         return [aligned_copy(np.asarray(a)) for a in arrays]
@@ -221,6 +222,18 @@ def _run(main: Any, args: list[Any]) -> Any:
         if message.startswith(INDEX_ERROR_MARKER):
             raise InputError(message.splitlines()[0]) from None
         raise
+
+
+def _host_array(value: Any) -> Any:
+    """A DLPack tensor in host memory (a tvm_ffi Tensor, a CPU torch tensor) as a numpy view; anything else as
+    given (numpy arrays, lists)."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack__"):
+        return value
+    try:
+        return np.from_dlpack(value)
+    except (TypeError, BufferError, RuntimeError) as exc:
+        raise InputError(f"A tensor input cannot be read on the host ({exc}): pass a numpy array or a tensor on "
+                         "this engine's device.") from None
 
 
 def _flatten(result: Any) -> list[Any]:
