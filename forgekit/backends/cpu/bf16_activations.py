@@ -144,8 +144,10 @@ class _Rewrite(relax.PyExprMutator):
         if plan is not None:
             out = bf16.emit_conv(self.builder_, plan, self.bits[binding.value.args[0]], self.tinfo, rounded=True)
             self.set_var_remap(var, self.builder_.emit(out, name_hint=var.name))
-            return
-        super().visit_var_binding_(binding)
+        else:
+            super().visit_var_binding_(binding)
+        # a bf16 conv's output read by another bf16 conv (conv -> conv, no activation between) is rounded
+        # too: returning after the conv left it without bits and the reader failed (KeyError, exit 6)
         if var in self.rounds:
             bits = self.builder_.emit(self.builder_.call_te(_round, self.visit_expr(var),
                                                             primfunc_name_hint="round_bf16"),

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...artifact.layout import SHARED_WEIGHTS_CHECK
-from .weights import ALIGN, WeightStore
+from .weights import ALIGN, WeightStore, content_key
 
 MAGIC = b"FKWEIGHT"
 VERSION = 1
@@ -40,9 +40,7 @@ HEADER_BYTES = 64
 PREFIX = "model_weights"
 
 
-def _key(array: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
-    data = np.ascontiguousarray(array)
-    return data.dtype.str, tuple(data.shape), hashlib.sha256(memoryview(data).cast("B")).digest()
+_key = content_key
 
 
 class SharedWeights:
