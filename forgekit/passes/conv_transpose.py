@@ -1,26 +1,79 @@
-"""Transposed convolutions whose stride equals their kernel (the 2x2/stride-2 upsampling of U-Net, DB and
-FPN heads) become a 1x1 convolution and a depth-to-space shuffle.
+"""Transposed convolutions as one convolution on their input and a depth-to-space shuffle (sub-pixel
+decomposition), so that forgekit's scheduled conv kernels (fp32 and bf16) run them.
 
-With ``stride == kernel``, no padding, no dilation and one group, each output pixel receives exactly one
-contribution: ``y[n, o, h*kh + i, w*kw + j] = sum_c x[n, c, h, w] * W[c, o, i, j]``.  That is a 1x1
-convolution to ``Cout*kh*kw`` channels (channel ``o*kh*kw + i*kw + j``), then a reshape/transpose.  The
-1x1 convolution runs on forgekit's tiled conv/matmul micro-kernel in NHWC; TVM 0.27 legalizes
-``conv2d_transpose`` only in NCHW and forgekit has no rule for it, so it ran as TVM's unscheduled loop nest:
-PP-OCRv4 det's two 2x2/stride-2 heads took 22 % of the model's time (instrumented VM, 2 threads).
+TVM 0.27 legalizes ``conv2d_transpose`` only in NCHW, as an unscheduled loop nest (forgekit has no rule
+for it): PP-OCRv4 det's two 2x2/stride-2 heads took 22 % of the model's time, a ViT's decoder half of its
+time at ~44 GFLOP/s, and bf16 builds ran it in fp32.
+
+With stride ``s``, padding cropped afterwards and ``oh' = oh + pad_top``, ``y[oh'] = sum_{h*s + i = oh'}
+x[h] * W[i]``.  Output rows of phase ``r = oh' mod s`` (``oh' = s*a + r``) take only the taps ``i = r + s*t``:
+``y[s*a + r] = sum_t x[a - t] * W[r + s*t]``, a correlation of ``x`` (padded by ``T - 1``,
+``T = ceil(K / s)``) with those taps reversed.  All ``s*s`` phases (rows x columns) are one convolution to
+``s*s*Cout`` channels (phase-major: channel ``(rh*s + rw)*Cout + o``) with ``T x T`` kernels, whose output
+rows and columns interleave (reshape, transpose) and are cropped by the padding.  Every multiply is one the
+transposed convolution makes, except the zero taps of phases with fewer than ``T`` (``K`` not a multiple of
+``s``: 3x3/stride 2 computes 16 taps per output quad for 9 real ones).  ``stride == kernel`` (U-Net/DB
+upsampling) is ``T = 1``: a 1x1 convolution and a pixel shuffle, nothing cropped.
 
 Why not a library pass: TVM has no such rewrite (its ``conv2d_transpose`` strategy lives in the removed
-Relay TOPI schedules), and onnxscript's/onnxslim's optimizers keep ConvTranspose as it is.
+Relay TOPI schedules), and onnxscript's/onnxslim's optimizers keep ConvTranspose as it is.  Why not zero
+insertion + convolution: stride 2 would multiply 3 zeros for every real term.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .batchnorm import has_op
 
 
+def _eligible(attrs: Any, w: np.ndarray, shape: Any) -> bool:
+    """Constant IOHW weights on NCHW data, one group, no dilation, and per axis ``stride == kernel`` (any size)
+    or stride 1-2 with a kernel of 1-4 (what the tests cover); others keep TVM's loop nest."""
+    if (w.ndim != 4 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "IOHW"
+            or attrs.out_layout not in ("", "NCHW") or int(attrs.groups) != 1
+            or any(int(d) != 1 for d in attrs.dilation) or shape is None or len(shape) != 4
+            or (attrs.out_dtype and str(attrs.out_dtype) not in ("", str(w.dtype)))):
+        return False
+    strides = [int(s) for s in attrs.strides]
+    return all(s == k or (s in (1, 2) and 1 <= k <= 4) for s, k in zip(strides, w.shape[2:]))
+
+
+def phase_weights(w: np.ndarray, strides: tuple[int, int]) -> np.ndarray:
+    """IOHW transposed-conv weights -> OIHW weights of the phase convolution (``s*s*Cout`` outputs, ``T x T``)."""
+    cin, cout, kh, kw = w.shape
+    (sh, sw), (th, tw) = strides, (-(-kh // strides[0]), -(-kw // strides[1]))
+    out = np.zeros((sh, sw, cout, cin, th, tw), w.dtype)
+    for rh in range(sh):
+        for u in range(th):
+            i = rh + sh * (th - 1 - u)
+            if i >= kh:
+                continue
+            for rw in range(sw):
+                for v in range(tw):
+                    j = rw + sw * (tw - 1 - v)
+                    if j < kw:
+                        out[rh, rw, :, :, u, v] = w[:, :, i, j].T
+    return out.reshape(sh * sw * cout, cin, th, tw)
+
+
+def _extent(size: Any, k: int, s: int, t: int, pad_lo: int, pad_hi: int, out_pad: int) -> tuple[Any, ...]:
+    """Along one axis: the phase conv's padding (low, high), the interleaved rows to cut at the start, the
+    conv's output length and the interleaved rows left past the output's end.  Whole phases of cropping are
+    padding the conv leaves out, not rows it computes and a slice drops (a 3x3/stride-1/pad-1 transposed conv
+    is a same-padded 3x3 conv, nothing sliced); output_padding past the last tap is more zero padding."""
+    reduce = min(pad_lo // s, t - 1)
+    lo, cut = t - 1 - reduce, pad_lo - s * reduce
+    # conv output row a' holds interleaved rows s*a' + r; the output's row oh is interleaved row oh + cut, and
+    # s*len - cut - out = s*(hi + 1) - k - out_pad + pad_hi (whatever the size): the fewest hi leaving it >= 0
+    hi = max(0, -(-(k + out_pad - pad_hi) // s) - 1)
+    return lo, hi, cut, size + lo + hi - t + 1, s * (hi + 1) - k - out_pad + pad_hi
+
+
 def conv_transpose_as_conv(mod: Any) -> Any:
-    """Rewrite every eligible ``relax.nn.conv2d_transpose`` (constant IOHW weights, NCHW data) of ``mod``."""
+    """Rewrite every eligible ``relax.nn.conv2d_transpose`` of ``mod`` (see the module docstring)."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
@@ -30,26 +83,30 @@ def conv_transpose_as_conv(mod: Any) -> Any:
 
     def rewrite(expr: Any, matched: Any) -> Any:
         call = matched[pattern]
-        attrs = call.attrs
-        w = matched[weight].value.numpy()
-        x = matched[data]
+        attrs, w, x = call.attrs, matched[weight].value.numpy(), matched[data]
         shape = getattr(x.ty, "shape", None)
-        if (w.ndim != 4 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "IOHW"
-                or attrs.out_layout not in ("", "NCHW") or int(attrs.groups) != 1
-                or [int(s) for s in attrs.strides] != list(w.shape[2:])
-                or any(int(p) for p in attrs.padding) or any(int(p) for p in attrs.output_padding)
-                or any(int(d) != 1 for d in attrs.dilation) or shape is None or len(shape) != 4
-                or (attrs.out_dtype and str(attrs.out_dtype) not in ("", str(w.dtype)))):
+        if not _eligible(attrs, w, getattr(shape, "values", None)):
             return expr
-        cin, cout, kh, kw = w.shape
+        _, cout, kh, kw = w.shape
+        sh, sw = (int(s) for s in attrs.strides)
+        th, tw = -(-kh // sh), -(-kw // sw)
+        pt, pl, pb, pr = (int(p) for p in attrs.padding)
+        oph, opw = (int(p) for p in attrs.output_padding)
         n, _, h, width = shape.values
-        # OIHW 1x1 weights; output channel o*kh*kw + i*kw + j holds W[:, o, i, j]
-        w1 = w.reshape(cin, cout * kh * kw).T.reshape(cout * kh * kw, cin, 1, 1).copy()
-        y = relax.op.nn.conv2d(x, relax.const(w1), strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1,
+        top, bottom, cut_t, a, over_h = _extent(h, kh, sh, th, pt, pb, oph)
+        left, right, cut_l, b, over_w = _extent(width, kw, sw, tw, pl, pr, opw)
+        y = relax.op.nn.conv2d(x, relax.const(phase_weights(w, (sh, sw))), strides=[1, 1],
+                               padding=[top, left, bottom, right], dilation=[1, 1], groups=1,
                                data_layout="NCHW", kernel_layout="OIHW")
-        y = relax.op.reshape(y, [n, cout, kh, kw, h, width])
-        y = relax.op.permute_dims(y, [0, 1, 4, 2, 5, 3])  # n, o, h, i, w, j
-        return relax.op.reshape(y, [n, cout, h * kh, width * kw])
+        if sh * sw > 1:
+            y = relax.op.reshape(y, [n, sh, sw, cout, a, b])
+            y = relax.op.permute_dims(y, [0, 3, 4, 1, 5, 2])  # n, o, a, rh, b, rw
+            y = relax.op.reshape(y, [n, cout, a * sh, b * sw])
+        out_h = sh * (h - 1) + kh + oph - pt - pb
+        out_w = sw * (width - 1) + kw + opw - pl - pr
+        if cut_t or cut_l or over_h or over_w:
+            y = relax.op.strided_slice(y, axes=[2, 3], begin=[cut_t, cut_l], end=[cut_t + out_h, cut_l + out_w])
+        return y
 
     if not has_op(mod, "relax.nn.conv2d_transpose"):
         return mod

@@ -182,9 +182,9 @@ def test_stride_sized_transposed_convs_become_1x1_convs(kernel, stride, bias) ->
 
 
 @pytest.mark.parametrize("kernel, stride, pads, output_padding, group", [
-    (3, 2, 1, 1, 1),  # overlapping windows: not a pixel shuffle
+    (5, 2, 1, 1, 1),  # a kernel over 4 at stride 2 (general kernels: tests/unit/test_conv_transpose.py)
     (2, 2, 0, 0, 2),  # grouped
-    (2, 1, 0, 0, 1),  # stride smaller than the kernel
+    (5, 3, 1, 0, 1),  # stride 3 smaller than the kernel
 ])
 def test_other_transposed_convs_are_left_alone_and_still_match(kernel, stride, pads, output_padding, group) -> None:
     model = conv_transpose(kernel, stride, pads, output_padding, group)

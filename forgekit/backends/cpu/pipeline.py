@@ -7,7 +7,7 @@ target (each level of a portable target)::
     phase 0  index checks              every gather/scatter index a model reads from its inputs, bounds-checked
              -- levels 0-2: TVM's pipeline (default_build; from level 2 with fusion) --
     phase 1  library dispatch          TVM's CPU library offloads
-    phase 2  Relax prefix              canonical forms, numpy folding, stride-sized transposed convs as 1x1, NHWC
+    phase 2  Relax prefix              canonical forms, numpy folding, transposed convs as phase convs, NHWC
     phase 3  bf16 activations          bf16 tensors between bf16 convolutions (Precision.BF16 only)
     phase 4  legalize                  packed, int8 and bf16 conv2d/matmul kernels, polynomial exp/erf/tanh
     phase 5  fuse                      FuseOps, FuseTIR: what the rules and the tuner see
@@ -122,8 +122,8 @@ def _fusion_phases(build: CpuLowering, target: Any) -> list[Any]:
 
 
 def preprocess(use_nhwc: bool = True) -> Any:
-    """Phase 2, the Relax prefix: canonicalize, fold constants (numpy), stride-sized transposed convolutions as
-    1x1 convolutions, NHWC."""
+    """Phase 2, the Relax prefix: canonicalize, fold constants (numpy), transposed convolutions as one
+    convolution per output phase (:mod:`forgekit.passes.conv_transpose`), NHWC."""
     import tvm
 
     from ...passes.canonicalize import Canonicalize
