@@ -87,3 +87,20 @@ def test_bf16_builds_run_transposed_convs_on_bf16_kernels(kernel, stride, pads, 
     got, expected = Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0]
     cosine = float(np.dot(got.ravel(), expected.ravel()) / (np.linalg.norm(got) * np.linalg.norm(expected)))
     assert cosine >= 0.999 and not np.allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel, stride, pads, output_padding", [CASES[4], CASES[6]])
+def test_dynamic_height_and_width_stay_dynamic(kernel, stride, pads, output_padding, tmp_path) -> None:
+    """The reshape and the crop take the symbolic sizes: one artifact for every input size."""
+    model = conv_transpose(kernel, stride, pads, output_padding)
+    for dim, name in zip(model.graph.input[0].type.tensor_type.shape.dim[2:], ("H", "W")):
+        dim.dim_param = name
+    for dim, name in zip(model.graph.output[0].type.tensor_type.shape.dim[2:], ("OH", "OW")):
+        dim.dim_param = name
+    engine = Engine(forge.from_onnx(model).compile(target="host", output_path=tmp_path / "d").path)
+    for size in [(9, 11), (6, 13)]:
+        x = np.random.default_rng(0).standard_normal((1, 16, *size)).astype(np.float32)
+        expected = ort_run(model, {"x": x})[0]
+        got = engine.infer(x)[0]
+        assert got.shape == expected.shape
+        assert_close(got, expected)
