@@ -21,7 +21,7 @@ from .compat import check_runnable, check_size, choose_library
 from .device import DL_CPU, Device, ensure_cuda, parse_device
 from .inputs import check_inputs, example_inputs
 from .integrity import check_files, load_path
-from .loader import aligned_copy, ensure_runtime, runtime_library
+from .loader import aligned_copy, ensure_runtime, fit_threads_to_load, runtime_library
 from .stats import latency_stats, time_calls
 from .transfer import check_device_inputs, on_device, synchronizer, to_numpy
 
@@ -214,7 +214,9 @@ def _load(library: Path, shared_weights: str | None) -> Any:
 
 def _run(main: Any, args: list[Any]) -> Any:
     """``main(*args)``; an index the model's bounds checks refused (:mod:`forgekit.passes.index_checks`) is an
-    InputError (exit 9) with the check's own line."""
+    InputError (exit 9) with the check's own line.  The calling thread's pool first takes as many threads as
+    cores are free (:func:`.loader.fit_threads_to_load`: under CPU contention TVM's barriers collapse)."""
+    fit_threads_to_load()
     try:
         return main(*args)
     except Exception as exc:
