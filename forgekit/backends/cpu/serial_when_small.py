@@ -107,6 +107,8 @@ def _serial_copy(stage: Any, own_buffers: list[Any]) -> Any:
     def on_block(node: Any) -> Any:
         for iv in node.iter_vars:
             renew(iv.var)
+        for match in node.match_buffers:  # a tensorized block's view of its operands (int8 vpdpbusd tiles)
+            fresh.setdefault(match.buffer, _fresh_view(match.buffer))
         return node
 
     def on_let(node: Any) -> Any:
@@ -121,6 +123,22 @@ def _serial_copy(stage: Any, own_buffers: list[Any]) -> Any:
     if not buffers:
         return serial
     return SBlockRealize([], True, SBlock([], [], [], "serial_when_small", serial, alloc_buffers=buffers))
+
+
+def _fresh_view(buf: Any) -> Any:
+    """A new match buffer like ``buf``, with its own offset and stride variables: TIR's lowering binds a match
+    buffer's ``elem_offset`` to the region it views, once; the copy shared the original's, so its region
+    (the same formula on the copy's loop variables) could not be proven equal and every symbolic-batch int8
+    kernel failed to compile ("buffer match constraint for A.elem_offset unmet", issue 39)."""
+    import tvm
+
+    tirx = tvm.tirx
+
+    def renew(e: Any) -> Any:
+        return tirx.Var(e.name, e.ty) if isinstance(e, tirx.Var) else e
+    return tirx.decl_buffer(buf.shape, buf.dtype, buf.name, strides=[renew(s) for s in buf.strides],
+                            elem_offset=renew(buf.elem_offset), scope=buf.scope(),
+                            data_alignment=buf.data_alignment, offset_factor=buf.offset_factor)
 
 
 def _has_parallel(stmt: Any) -> bool:

@@ -170,6 +170,33 @@ class MatMulInteger(OnnxOpConverter):
         return _fe.MatMulInteger._impl_v10(bb, [a, b, a_zp, b_zp], attr, params)
 
 
+class DynamicQuantizeLinear(OnnxOpConverter):
+    """uint8 quantization with the range of the tensor itself, as onnxruntime computes it
+    (``GetQuantizationParameter`` + ``MlasQuantizeLinear``)::
+
+        lo, hi = min(min(x), 0), max(max(x), 0)
+        scale = 1 if hi == lo else (hi - lo) / 255               # float32
+        zp = round_half_even(clip(0 - lo / scale, 0, 255))
+        y = clip(round_half_even(x / scale) + zp, 0, 255)        # a true division, not x * (1 / scale)
+
+    TVM's converter divided by a zero scale for a constant (all-zero) tensor: NaN cast to uint8, which
+    onnxruntime quantizes to zero point 0 with scale 1 (a T5 encoder's masked rows, issue 39).  ``round``
+    lowers to LLVM's ``nearbyint``: half to even under the default rounding mode, like ``_mm_cvtps_epi32``."""
+
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        op = relax.op
+        x = inputs[0]
+        zero, q = relax.const(0.0, "float32"), relax.const(255.0, "float32")
+        hi = bb.normalize(op.maximum(zero, op.max(x)))
+        lo = bb.normalize(op.minimum(zero, op.min(x)))
+        scale = bb.normalize(op.where(op.equal(hi, lo), relax.const(1.0, "float32"),
+                                      op.divide(op.subtract(hi, lo), q)))
+        zp_f = bb.normalize(op.round(op.clip(op.subtract(zero, op.divide(lo, scale)), 0, 255)))
+        y = op.clip(op.add(op.round(op.divide(x, scale)), zp_f), 0, 255)
+        return relax.Tuple([op.astype(y, "uint8"), scale, op.astype(zp_f, "uint8")])
+
+
 class QLinearMatMul(OnnxOpConverter):
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
@@ -340,6 +367,7 @@ class DynamicQuantizeLSTM(OnnxOpConverter):
 
 
 CONVERTERS = {
+    "DynamicQuantizeLinear": DynamicQuantizeLinear,
     "QGemm": QGemm,
     "DynamicQuantizeLSTM": DynamicQuantizeLSTM,
     "ConvInteger": ConvInteger,
