@@ -192,9 +192,11 @@ class DynamicQuantizeLinear(OnnxOpConverter):
         lo = bb.normalize(op.minimum(zero, op.min(x)))
         scale = bb.normalize(op.where(op.equal(hi, lo), relax.const(1.0, "float32"),
                                       op.divide(op.subtract(hi, lo), q)))
-        zp_f = bb.normalize(op.round(op.clip(op.subtract(zero, op.divide(lo, scale)), 0, 255)))
-        y = op.clip(op.add(op.round(op.divide(x, scale)), zp_f), 0, 255)
-        return relax.Tuple([op.astype(y, "uint8"), scale, op.astype(zp_f, "uint8")])
+        zp = bb.normalize(op.astype(op.round(op.clip(op.subtract(zero, op.divide(lo, scale)), 0, 255)), "uint8"))
+        # relax's quantize is clip(round(x / scale) + zp) as above; spelled as clip + astype instead, the cast
+        # fused into the MatMulInteger kernel as a prologue and kept it off the VNNI rule
+        y = op.quantize(x, scale, zp, axis=0, out_dtype="uint8")
+        return relax.Tuple([y, scale, zp])
 
 
 class QLinearMatMul(OnnxOpConverter):
