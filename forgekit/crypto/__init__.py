@@ -16,15 +16,6 @@ The byte formats and the threat model are in ``docs/encryption-format.md``.  Thi
 
 from __future__ import annotations
 
-from .core import (
-    decrypt_library,
-    decrypt_library_bytes,
-    encrypt_library,
-    is_encrypted,
-    read_header,
-    read_key_info,
-    rekey,
-)
 from .errors import (
     CorruptArtifactError,
     EmptyPasswordError,
@@ -36,8 +27,21 @@ from .errors import (
     WeakPasswordError,
     WrongPasswordError,
 )
-from .format import DEFAULT_CHUNK_SIZE, DEFAULT_KDF_N, DEFAULT_KDF_P, DEFAULT_KDF_R, FORMAT_VERSION
+from .format import DEFAULT_CHUNK_SIZE, DEFAULT_KDF_N, DEFAULT_KDF_P, DEFAULT_KDF_R, FORMAT_VERSION, is_encrypted
 from .password import DEFAULT_PASSWORD_ENV, MIN_PASSWORD_LENGTH, artifact_key, check_new_password, password_from_env_or_file
+
+#: what :mod:`.core` provides, imported on first use: it needs ``cryptography``, which a plain artifact's Engine
+#: does not (a GPU machine without it ran no artifact at all: ModuleNotFoundError at Engine())
+_CORE = ("decrypt_library", "decrypt_library_bytes", "encrypt_library", "read_header", "read_key_info", "rekey")
+
+
+def __getattr__(name: str) -> object:
+    if name in _CORE:
+        from . import core
+
+        return getattr(core, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "encrypt_library",

@@ -18,7 +18,7 @@ from .errors import (
     CorruptArtifactError,
     KeyMismatchError,
 )
-from .format import AtomicWriter, KeyFile, LibraryHeader
+from .format import AtomicWriter, KeyFile, LibraryHeader, is_encrypted  # noqa: F401 (is_encrypted: older import path)
 from .keys import _derive_kek, _key_id, _password_bytes, _read_key_file, _unwrap, _wrap  # noqa: F401
 
 Password = str | bytes
@@ -354,19 +354,6 @@ def rekey(key_path: PathLike, old_password: Password, new_password: Password, *,
     with AtomicWriter(path) as writer:
         writer.file.write(data)
         writer.commit()
-
-
-def is_encrypted(path: PathLike) -> bool:
-    """True when ``path`` is a file that starts with the encrypted-library magic bytes.
-
-    Cheap (reads 8 bytes) and never raises: a missing file, a directory or an unreadable file is
-    ``False``.  It does not validate the rest of the file.
-    """
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(fmt.LIBRARY_MAGIC)) == fmt.LIBRARY_MAGIC
-    except OSError:
-        return False
 
 
 def read_header(path: PathLike) -> dict[str, Any]:

@@ -61,6 +61,20 @@ MAX_KDF_P = 16
 MAX_KDF_MEMORY = 1 << 30  # 128 * n * r bytes
 
 
+def is_encrypted(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a file that starts with the encrypted-library magic bytes.
+
+    Cheap (reads 8 bytes) and never raises: a missing file, a directory or an unreadable file is
+    ``False``.  It does not validate the rest of the file.  Here, not in :mod:`.core`, so that asking needs no
+    ``cryptography``: the Engine asks it of every artifact, and a plain one runs without that package.
+    """
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(LIBRARY_MAGIC)) == LIBRARY_MAGIC
+    except OSError:
+        return False
+
+
 def canonical_json(obj: dict[str, Any]) -> bytes:
     """Deterministic ASCII JSON (sorted keys, no spaces) used for every body this module writes."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")

@@ -74,6 +74,11 @@ class Engine:
         self.encrypted = crypto.is_encrypted(library)
         try:
             if self.encrypted:
+                try:
+                    from ..crypto import core as _  # noqa: F401 - decryption needs `cryptography`; plain artifacts do not
+                except ImportError:
+                    raise ArtifactError(f"'{library}' is encrypted: decrypting it needs the cryptography package "
+                                        "(pip install cryptography, a dependency of forgekit-runtime).") from None
                 from .memload import load_encrypted_module
 
                 key_path, password = crypto.artifact_key(library, key_path, password)

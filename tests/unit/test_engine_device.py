@@ -72,3 +72,38 @@ def test_cuda_engine_without_a_gpu_is_one_line(convnet_compiled, tmp_path) -> No
     (fake / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(NotAvailableError, match=r"needs an NVIDIA GPU sm_90 \(Hopper\); none found here"):
         Engine(fake)
+
+
+NO_CRYPTOGRAPHY = """
+import sys
+sys.modules["cryptography"] = None  # as on a machine without it (a GPU box's torch venv had none)
+import numpy as np
+from forgekit.errors import ArtifactError
+from forgekit.runtime import Engine
+engine = Engine(sys.argv[1])
+print(engine.infer(np.load(sys.argv[2]))[0].shape, engine.encrypted)
+try:
+    Engine(sys.argv[3], password="correct horse battery")
+except ArtifactError as exc:
+    print("ERR", exc)
+"""
+
+
+def test_plain_artifacts_run_without_cryptography(convnet_compiled, convnet_input, tmp_path) -> None:
+    """Engine asks every artifact whether it is encrypted; asking needed `cryptography` (forgekit.crypto imported
+    its AES code eagerly), so a machine without it ran no artifact at all.  Decrypting still needs it: one line."""
+    import shutil
+    import subprocess
+    import sys
+
+    from forgekit.artifact.encryption import encrypt_artifact
+
+    shutil.copytree(convnet_compiled, tmp_path / "sealed")
+    encrypt_artifact(tmp_path / "sealed", "correct horse battery")
+    np.save(tmp_path / "x.npy", convnet_input)
+    done = subprocess.run([sys.executable, "-c", NO_CRYPTOGRAPHY, str(convnet_compiled), str(tmp_path / "x.npy"),
+                           str(tmp_path / "sealed")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "(2, 4) False" or lines[0].endswith("False"), lines
+    assert lines[1].startswith("ERR") and "needs the cryptography package" in lines[1], lines
