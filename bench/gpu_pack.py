@@ -1,0 +1,160 @@
+"""Pack what a GPU machine without TVM needs to run forgekit's CUDA artifacts into one small archive.
+
+A lent GPU machine has Python 3.12, PyTorch, onnxruntime (CPU) and no TVM, and takes 64 MiB per call.  This
+script (on the build machine, with the forgekit venv) compiles the zoo models (forgekit.testing.zoo) for
+``cuda/sm_90`` in fp32 and fp16, and writes ``bench/gpu_pack/pack.tar.xz`` holding:
+
+* ``wheels/``: the ``forgekit-runtime`` wheel of this checkout (Engine + libtvm_runtime{,_cuda}.so), a cp312
+  ``apache-tvm-ffi`` wheel (the pinned one) and, for the PyTorch peers, ``onnx2torch`` and ``onnx``;
+* ``models/*.onnx`` and ``feeds/*.npz``: each model (weights rounded to ``--levels`` values per tensor so
+  that they compress: the same numerics class) and its inputs (forgekit.testing.zoo.example_feeds);
+* ``artifacts/<model>-<precision>-b<batch>/``: the compiled artifacts;
+* ``manifest.json``: the runs, in order.
+
+Then, on the GPU machine, ``bench/gpu_run.py`` runs them (see its docstring)::
+
+    .venv/bin/python bench/gpu_pack.py [--models resnet50 ...] [--batches 1 32] [--cuda-graphs bert_style ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "gpu_pack"
+TARGET = "cuda/sm_90"  # H100/H200; the fatbin's PTX also runs on newer GPUs
+CARRY_LIMIT = 64 * 2**20  # what one device call takes (ignored files carried with the tree)
+PRECISIONS = ("fp32", "fp16")
+TVM_FFI = "apache-tvm-ffi==0.1.14.post0"
+PEER_WHEELS = ("onnx2torch==1.5.15", "onnx==1.23.2")  # onnx: the one forgekit reads models with
+
+
+def download(spec: str, into: Path, python: str = "3.12") -> None:
+    """One wheel (no dependencies) for the GPU machine's Python and platform."""
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                           "--python-version", python, "--platform", "manylinux_2_28_x86_64", "--platform",
+                           "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", spec, "-d", str(into)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"pip download {spec} failed: {done.stderr.strip().splitlines()[-1:]}")
+
+
+def build_wheels(into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, str(ROOT / "runtime/python/build_wheel.py"), "-o", str(into)], check=True)
+    for spec in (TVM_FFI, *PEER_WHEELS):
+        download(spec, into)
+
+
+def compile_one(onnx_path: Path, artifact: Path, target: str, precision: str, cuda_graph: bool) -> float:
+    """Seconds to compile one artifact; ``cuda_graph``: TVM's RewriteCUDAGraph (captures the static part of the
+    launch sequence once, replays it: issue 37's experiment for launch-bound small batches)."""
+    import contextlib
+
+    import tvm
+
+    import forgekit as forge
+
+    scope = (tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}) if cuda_graph
+             else contextlib.nullcontext())
+    start = time.perf_counter()
+    with scope:
+        forge.from_onnx(str(onnx_path)).compile(target=target, output_path=str(artifact),
+                                                set_float16=precision == "fp16")
+    return time.perf_counter() - start
+
+
+#: weight levels per model (forgekit.testing.zoo.quantize_levels): seeded models take 4 (ternary-like weights,
+#: ~2 bits each after xz: ResNet-50's 25.5M weights are 6.4 MB per copy, and a pack holds three copies:
+#: the ONNX, the fp32 and the fp16 artifact); PP-OCRv4's trained weights need 32 (the zoo's docstring)
+LEVELS = {"ppocr_det": 32, "ppocr_rec": 32}
+
+
+def compile_runs(names: list[str], batches: list[int], levels: int, work: Path, target: str = TARGET,
+                 graphs: tuple[str, ...] = (), big_batch: tuple[str, ...] = (), log=print) -> list[dict]:
+    from forgekit.testing.zoo import MODELS, ModelUnavailable, example_feeds
+
+    runs = []
+    for name in names:
+        for batch in batches:
+            if batch != 1 and name not in big_batch:
+                continue  # larger batches: the throughput rows asked for only
+            try:
+                model = MODELS[name](batch=batch, levels=LEVELS.get(name, levels))
+            except ModelUnavailable as exc:
+                log(f"skip {name}: {exc}")
+                continue
+            onnx_path = work / "models" / f"{name}-b{batch}.onnx"
+            onnx_path.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save(model, onnx_path)
+            # batch-1 inputs only: a larger batch repeats them on the GPU machine (gpu_run.py), since random
+            # images do not compress (ResNet-50's at batch 32 alone are 19 MB of the 64 MiB a call carries)
+            feeds_path = work / "feeds" / f"{name}-b1.npz"
+            feeds_path.parent.mkdir(parents=True, exist_ok=True)
+            if not feeds_path.exists():
+                one = MODELS[name](batch=1, levels=LEVELS.get(name, levels)) if batch != 1 else model
+                np.savez(feeds_path, **example_feeds(one))
+            for precision in PRECISIONS:
+                for graph in ((False, True) if name in graphs and batch == 1 else (False,)):
+                    artifact = work / "artifacts" / f"{name}-{precision}-b{batch}{'-graph' if graph else ''}"
+                    seconds = compile_one(onnx_path, artifact, target, precision, graph)
+                    log(f"compiled {artifact.name} in {seconds:.0f} s")
+                    runs.append({"model": name, "batch": batch, "precision": precision + ("+graph" if graph else ""),
+                                 "compile_s": round(seconds, 1), "onnx": str(onnx_path.relative_to(work)),
+                                 "feeds": str(feeds_path.relative_to(work)), "repeat": batch,
+                                 "artifact": str(artifact.relative_to(work))})
+    return runs
+
+
+def pack(work: Path, archive: Path) -> int:
+    """tar | xz -9 (a 64 MiB window; artifacts of one model next to each other, their weights repeat), on every
+    core: Python's lzma is single-threaded and took 6 minutes for a 60 MiB pack on 2 cores."""
+    files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
+    with open(archive, "wb") as out:
+        tar = subprocess.Popen(["tar", "-cf", "-", "-C", str(work), *files], stdout=subprocess.PIPE)
+        subprocess.run(["xz", "-9", "-T0"], stdin=tar.stdout, stdout=out, check=True)
+        if tar.wait() != 0:
+            raise SystemExit("tar failed")
+    return archive.stat().st_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    from forgekit.testing.zoo import MODELS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1])
+    parser.add_argument("--levels", type=int, default=4, help="weight levels of the seeded models")
+    parser.add_argument("--big-batch-models", nargs="*", default=["resnet50", "mobilenetv2", "bert_style"],
+                        help="the models built at --batches other than 1")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--cuda-graphs", nargs="*", default=[], metavar="MODEL",
+                        help="also batch-1 artifacts of these models with CUDA graphs")
+    parser.add_argument("--target", default=TARGET, help="host: a pack gpu_run.py checks on this CPU (dry run)")
+    args = parser.parse_args(argv)
+    work = args.out / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    build_wheels(work / "wheels")
+    runs = compile_runs(args.models, args.batches, args.levels, work, args.target, tuple(args.cuda_graphs),
+                        tuple(args.big_batch_models))
+    (work / "manifest.json").write_text(json.dumps({"target": args.target, "levels": args.levels, "runs": runs}, indent=1))
+    size = pack(work, args.out / "pack.tar.xz")
+    print(f"{args.out / 'pack.tar.xz'}: {size / 2**20:.1f} MiB ({len(runs)} artifacts)")
+    if size > CARRY_LIMIT:
+        print(f"over the {CARRY_LIMIT // 2**20} MiB a device call carries: fewer models, batches or levels")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

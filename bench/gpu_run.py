@@ -1,0 +1,263 @@
+"""Run a ``bench/gpu_pack.py`` archive on a GPU machine without TVM: forgekit's CUDA artifacts through the
+``forgekit-runtime`` wheel's Engine, checked against onnxruntime (CPU, this machine) and timed against PyTorch
+eager and ``torch.compile`` on the same ONNX models (onnx2torch, same weights) in the same process.
+
+    python bench/gpu_run.py bench/gpu_pack/pack.tar.xz --out $OUT [--deadline-s 420]
+
+Needs Python >= 3.10 with numpy, onnxruntime and torch (CUDA); the archive brings tvm-ffi, the runtime wheel,
+onnx and onnx2torch (installed with ``pip --no-deps --target`` into a scratch folder, only where missing).
+Every measurement is written as it is made (``gpu_results.json`` and ``gpu_results.md`` in ``--out``), so a run
+cut short by its deadline still reports what it measured: forgekit's runs first, then eager, then
+``torch.compile`` (the slowest to prepare) while time is left.
+
+Timing: CUDA events around blocks of 20 calls, each call followed by a device synchronize (latency, as an
+application sees it), median over 5 blocks after 10 warm-up calls.  fp32 peers run with TF32 off (exact
+fp32, like forgekit's), fp16 peers with the model and its float inputs in half precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+WARMUP, BLOCKS, PER_BLOCK = 10, 5, 20
+
+
+def install(wheels: Path, site: Path, newer: Path | None = None) -> None:
+    """The archive's wheels into ``site`` (no dependencies: the machine has numpy, torch, onnxruntime); then
+    ``newer`` (a folder of wheels carried beside the archive: a rebuilt forgekit-runtime) over them."""
+    wanted = ["forgekit_runtime"]
+    for module, prefix in (("tvm_ffi", "apache_tvm_ffi"), ("onnx", "onnx-"), ("onnx2torch", "onnx2torch")):
+        try:
+            __import__(module)
+        except ImportError:
+            wanted.append(prefix)
+    files = [str(w) for w in sorted(wheels.glob("*.whl")) if any(w.name.startswith(p) for p in wanted)]
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
+                    *files], check=True)
+    if newer is not None and any(newer.glob("*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade",
+                        "--target", str(site), *map(str, newer.glob("*.whl"))], check=True)
+    sys.path.insert(0, str(site))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    denom = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / denom) if denom else float(np.array_equal(a, b))
+
+
+def compare(outputs: list[np.ndarray], reference: list[np.ndarray], precision: str) -> dict:
+    """fp32: every element within rtol 1e-3 (atol 1e-4 of the output's scale); fp16: cosine >= 0.999."""
+    cos = [cosine(o, r) for o, r in zip(outputs, reference)]
+    err = [float(np.max(np.abs(o.astype(np.float64) - r))) if o.size else 0.0 for o, r in zip(outputs, reference)]
+    if precision == "fp32":
+        ok = all(np.allclose(o, r, rtol=1e-3, atol=1e-4 * max(1.0, float(np.max(np.abs(r))) if r.size else 1.0))
+                 for o, r in zip(outputs, reference))
+    else:
+        ok = min(cos) >= 0.999
+    return {"ok": bool(ok) and len(outputs) == len(reference), "cosine": min(cos), "max_err": max(err)}
+
+
+def gpu_ms(torch, call) -> float:
+    """Median ms per call (each followed by a synchronize) over blocks timed with CUDA events (without torch
+    or a GPU, a dry run of the pack: perf_counter)."""
+    for _ in range(WARMUP):
+        call()
+    if torch is None:
+        blocks = []
+        for _ in range(BLOCKS):
+            start = time.perf_counter()
+            for _ in range(PER_BLOCK):
+                call()
+            blocks.append((time.perf_counter() - start) * 1e3 / PER_BLOCK)
+        return float(np.median(blocks))
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(BLOCKS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(PER_BLOCK):
+            call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / PER_BLOCK)
+    return float(np.median(times))
+
+
+class Report:
+    def __init__(self, out: Path, header: dict) -> None:
+        self.out, self.header, self.rows = out, header, {}
+
+    def set(self, key: tuple, **values) -> None:
+        self.rows.setdefault(key, {"model": key[0], "batch": key[1], "precision": key[2]}).update(values)
+        self.write()
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        rows = list(self.rows.values())
+        (self.out / "gpu_results.json").write_text(json.dumps({**self.header, "rows": rows}, indent=1))
+        lines = [f"# forgekit CUDA artifacts on {self.header.get('gpu')} ({self.header.get('when')})", "",
+                 "| model | batch | precision | matches onnxruntime | cosine | max err | forgekit ms | eager ms | "
+                 "torch.compile ms | / eager | / compile |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            f, e, c = r.get("forgekit_ms"), r.get("eager_ms"), r.get("compile_ms")
+            ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"  # noqa: E731
+            fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else (str(v) if v is not None else "–")  # noqa: E731
+            lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r.get('ok', r.get('error', '–'))} | "
+                         f"{_num(r.get('cosine'), '.6f')} | {_num(r.get('max_err'), '.2e')} | {fmt(f)} | {fmt(e)} | {fmt(c)} | "
+                         f"{ratio(f, e)} | {ratio(f, c)} |")
+        errors = [f"- {r['model']} b{r['batch']} {r['precision']}: {k}: {v}" for r in rows for k, v in r.items()
+                  if k.endswith("error")]
+        (self.out / "gpu_results.md").write_text("\n".join(lines + [""] + errors) + "\n")
+
+
+def _num(value, spec: str) -> str:
+    return format(value, spec) if isinstance(value, float) else "–"
+
+
+def torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, compiled: bool):
+    import contextlib
+
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(onnx_path))
+    # onnx2torch reads weights from initializers only: Paddle exports (PP-OCR) hold them in Constant nodes
+    for node in [n for n in proto.graph.node if n.op_type == "Constant" and n.attribute[0].name == "value"]:
+        proto.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(node.attribute[0].t),
+                                                               node.output[0]))
+        proto.graph.node.remove(node)
+    model = onnx2torch_convert(proto).cuda().eval()
+    args = [torch.from_numpy(v).cuda() for v in feeds.values()]
+    scope = contextlib.nullcontext
+    if precision == "fp16":  # the model in half precision; autocast where its graph mixes in fp32 constants
+        half, half_args = model.half(), [a.half() if a.is_floating_point() else a for a in args]
+        try:
+            with torch.inference_mode():
+                half(*half_args)
+            model, args = half, half_args
+        except RuntimeError:
+            model = model.float()
+            scope = lambda: torch.autocast("cuda", dtype=torch.float16)  # noqa: E731
+    if compiled:
+        model = torch.compile(model)
+    with torch.inference_mode(), scope():
+        model(*args)  # conversion / compilation happens here, untimed
+    torch.cuda.synchronize()
+
+    def call():
+        with torch.inference_mode(), scope():
+            model(*args)
+        torch.cuda.synchronize()
+
+    return call
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("archive", type=Path)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/forgekit_gpu"))
+    parser.add_argument("--deadline-s", type=float, default=420.0)
+    parser.add_argument("--wheels", type=Path, help="a folder of wheels installed over the archive's")
+    parser.add_argument("--models", nargs="*", help="only these models of the archive")
+    parser.add_argument("--source", type=Path, help="a checkout whose forgekit/*.py replace the runtime wheel's")
+    args = parser.parse_args(argv)
+    begin = time.monotonic()
+    left = lambda: args.deadline_s - (time.monotonic() - begin)  # noqa: E731
+    with tarfile.open(args.archive) as tar:
+        tar.extractall(args.work, filter="data")
+    install(args.work / "wheels", args.work / "site", args.wheels)
+    if args.source is not None:  # this checkout's runtime modules over the wheel's (a fix made after packing)
+        import shutil
+
+        for module in (args.work / "site").glob("forgekit/**/*.py"):
+            mine = args.source / module.relative_to(args.work / "site")
+            if mine.is_file():
+                shutil.copyfile(mine, module)
+    import onnxruntime as ort
+
+    try:
+        import torch
+
+        assert torch.cuda.is_available()
+    except (ImportError, AssertionError):  # a dry run of a CPU pack (gpu_pack.py --target host)
+        torch = None
+    from forgekit.runtime import Engine
+
+    manifest = json.loads((args.work / "manifest.json").read_text())
+    if args.models:
+        manifest["runs"] = [r for r in manifest["runs"] if r["model"] in args.models]
+    report = Report(args.out, {"gpu": torch.cuda.get_device_name(0) if torch else "no GPU (dry run)",
+                               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                               "torch": torch.__version__ if torch else None, "onnxruntime": ort.__version__,
+                               "target": manifest["target"],
+                               "timing": f"CUDA events, median of {BLOCKS}x{PER_BLOCK} synchronized calls"})
+    if torch is not None:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 peers exact, as forgekit's fp32 is
+        torch.backends.cudnn.allow_tf32 = False
+    references: dict[str, list[np.ndarray]] = {}
+    def feeds_of(run: dict) -> dict:
+        """The batch-1 inputs, repeated to the run's batch (gpu_pack.py carries batch 1 only)."""
+        with np.load(args.work / run["feeds"]) as data:
+            return {k: np.ascontiguousarray(np.repeat(data[k], run.get("repeat", 1), axis=0)) for k in data.files}
+
+    for run in manifest["runs"]:  # 1. forgekit: correctness and time (what issue 36 needs)
+        key = (run["model"], run["batch"], run["precision"])
+        try:
+            feeds = feeds_of(run)
+            if run["onnx"] not in references:
+                options = ort.SessionOptions()
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the exact graph
+                session = ort.InferenceSession(str(args.work / run["onnx"]), options, providers=["CPUExecutionProvider"])
+                references[run["onnx"]] = session.run(None, feeds)
+            engine = Engine(args.work / run["artifact"])
+            outputs = engine.infer(feeds)
+            report.set(key, device=str(engine.device), compile_s=run["compile_s"],
+                       **compare(outputs, references[run["onnx"]], run["precision"].split("+")[0]))
+            call = engine.prepared_call(feeds)
+            report.set(key, forgekit_ms=gpu_ms(torch, call))
+            del engine, call
+        except Exception as exc:  # noqa: BLE001 - recorded, the next run goes on
+            report.set(key, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
+            traceback.print_exc()
+    try:
+        if torch is None:
+            raise ImportError("no torch with CUDA here")
+        from onnx2torch import convert
+    except Exception as exc:  # noqa: BLE001
+        print(f"no PyTorch peers: {exc}")
+        print((args.out / "gpu_results.md").read_text())
+        return 0
+    for compiled in (False, True):  # 2. eager, 3. torch.compile, while time is left
+        for run in manifest["runs"]:
+            if "+" in run["precision"]:  # a variant of forgekit's build (fp16+graph): same peers as its base row
+                continue
+            key = (run["model"], run["batch"], run["precision"])
+            field = "compile" if compiled else "eager"
+            if left() < (90 if compiled else 20):
+                report.set(key, **{f"{field}_error": "skipped: deadline"})
+                continue
+            try:
+                call = torch_peer(torch, convert, args.work / run["onnx"], feeds_of(run), run["precision"], compiled)
+                report.set(key, **{f"{field}_ms": gpu_ms(torch, call)})
+            except Exception as exc:  # noqa: BLE001
+                report.set(key, **{f"{field}_error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"})
+            torch.cuda.empty_cache()
+    print((args.out / "gpu_results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
