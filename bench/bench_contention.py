@@ -37,18 +37,10 @@ INPUT = [1, 3, 128, 128]
 # ----------------------------------------------------------------------------- model
 def resnet_style():
     """ResNet-18's stem and 8 basic blocks (64-512 channels) on a 128x128 image: ~0.6 GFLOP."""
-    from forgekit.testing.zoo_cnn import Net
+    from forgekit.testing.zoo_cnn import Net, resnet18_features
 
     net = Net(39)
-    x = net.op("MaxPool", [net.conv("input", 3, 64, 7, 2)], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        for block in range(2):
-            s = stride if block == 0 else 1
-            y = net.conv(net.conv(x, cin, cout, 3, s), cout, cout, 3, 1, act=None)
-            short = net.conv(x, cin, cout, 1, s, act=None) if (s != 1 or cin != cout) else x
-            x = net.op("Relu", [net.op("Add", [y, short])])
-            cin = cout
+    x = resnet18_features(net)
     net.head(x, 512)
     return net.finish("resnet_style", {"input": INPUT}, {"logits": [1, 1000]})
 

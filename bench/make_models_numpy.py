@@ -12,22 +12,14 @@ import os
 
 import onnx
 
-from forgekit.testing.zoo_cnn import Net, mobilenetv2
+from forgekit.testing.zoo_cnn import Net, mobilenetv2, resnet18_features
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 
 
 def resnet18() -> onnx.ModelProto:
     net = Net(18)
-    x = net.op("MaxPool", [net.conv("input", 3, 64, 7, 2)], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        for block in range(2):
-            s = stride if block == 0 else 1
-            y = net.conv(net.conv(x, cin, cout, 3, s), cout, cout, 3, 1, act=None)
-            short = net.conv(x, cin, cout, 1, s, act=None) if (s != 1 or cin != cout) else x
-            x = net.op("Relu", [net.op("Add", [y, short])])
-            cin = cout
+    x = resnet18_features(net)
     net.head(x, 512)
     return net.model("logits", "resnet18")
 

@@ -18,6 +18,17 @@ def _model(nodes, inputs, outputs, inits, opset=14, extra_opsets=()):
     return m
 
 
+def tiny_conv_model() -> onnx.ModelProto:
+    """One 3x3 Conv, 1x3x8x8 -> 1x4x8x8, seeded: the smallest model a CUDA build compiles kernels for."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "c",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def constant_op_model(op: str, value: float, shape=(4, 4)):
     """y = op(x, w) with w a constant of ``value``: outputs that tell two builds of one graph apart."""
     w = numpy_helper.from_array(np.full(shape, value, np.float32), "w")

@@ -141,6 +141,21 @@ def calibrate(model: onnx.ModelProto, scales: dict[str, float]) -> None:
         weights[n].CopyFrom(numpy_helper.from_array(feeds[n], n))
 
 
+def resnet18_features(net: Net) -> str:
+    """ResNet-18's stem and its 8 basic blocks (64-512 channels) on ``net``'s "input": the last feature map
+    (512 channels), for a head to finish (bench/make_models_numpy.py, bench/bench_contention.py)."""
+    x = net.op("MaxPool", [net.conv("input", 3, 64, 7, 2)], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for block in range(2):
+            s = stride if block == 0 else 1
+            y = net.conv(net.conv(x, cin, cout, 3, s), cout, cout, 3, 1, act=None)
+            short = net.conv(x, cin, cout, 1, s, act=None) if (s != 1 or cin != cout) else x
+            x = net.op("Relu", [net.op("Add", [y, short])])
+            cin = cout
+    return x
+
+
 def resnet50(batch: int = 1) -> onnx.ModelProto:
     """torchvision's ResNet-50 v1.5 layout (stride in the 3x3 conv), BatchNormalization nodes kept."""
     net = Net(50)

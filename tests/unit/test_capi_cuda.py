@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from conftest import ort_run
+from onnx_models import tiny_conv_model
 from forgekit.deploy.capi import SOURCE_DIR, build_capi, build_program
 
 
@@ -37,16 +37,6 @@ pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ 
 GPU_LINE = "is a CUDA artifact: it needs an NVIDIA GPU sm_90 (Hopper) with a CUDA 13.0 driver (R580 or newer)"
 
 
-def conv_model() -> onnx.ModelProto:
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "c",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
 @pytest.fixture(scope="module")
 def capi(tmp_path_factory):
     return build_capi(tmp_path_factory.mktemp("capi_cuda"))
@@ -55,7 +45,7 @@ def capi(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cuda_artifact(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("cuda_art")
-    onnx.save(conv_model(), folder / "m.onnx")
+    onnx.save(tiny_conv_model(), folder / "m.onnx")
     done = subprocess.run([sys.executable, "-m", "forgekit", "compile", str(folder / "m.onnx"), "-t", "cuda/sm_90",
                            "-o", str(folder / "out")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -67,7 +57,7 @@ def cpu_artifact(tmp_path_factory) -> Path:
     import forgekit
 
     out = tmp_path_factory.mktemp("cpu_art") / "out"
-    forgekit.from_onnx(conv_model(), {"x": [1, 3, 8, 8]}).compile(target="host", output_path=out)
+    forgekit.from_onnx(tiny_conv_model(), {"x": [1, 3, 8, 8]}).compile(target="host", output_path=out)
     return out
 
 
@@ -98,7 +88,7 @@ def test_cuda_artifact_without_a_gpu_is_one_line_exit_12(capi, cuda_artifact, x_
         done = run(capi.program, cuda_artifact, x_npy, tmp_path / "o", *extra)
         if _have_gpu():
             assert done.returncode == 0 and "device: cuda:0" in done.stdout, done.stderr
-            expected = ort_run(conv_model(), {"x": np.load(x_npy)})[0]
+            expected = ort_run(tiny_conv_model(), {"x": np.load(x_npy)})[0]
             np.testing.assert_allclose(np.load(tmp_path / "o" / "y.npy"), expected, rtol=1e-4, atol=1e-4)
             continue
         line = one_line(done, 12, "forgekit-run: error: ", GPU_LINE, "none found here", "libcuda.so.1")
@@ -118,7 +108,7 @@ def test_device_choices_are_checked(capi, cuda_artifact, cpu_artifact, x_npy, tm
     for extra in ([], ["--device", "cpu"]):
         done = run(capi.program, cpu_artifact, x_npy, tmp_path / "cpu", *extra)
         assert done.returncode == 0 and "device:" not in done.stdout, done.stderr
-        expected = ort_run(conv_model(), {"x": np.load(x_npy)})[0]
+        expected = ort_run(tiny_conv_model(), {"x": np.load(x_npy)})[0]
         np.testing.assert_allclose(np.load(tmp_path / "cpu" / "y.npy"), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -148,7 +138,7 @@ def test_c_api_open_ex_and_old_fk_open(capi, cuda_artifact, cpu_artifact, x_npy,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("device 1 0\n"), done.stderr
     got = np.fromfile(tmp_path / "cpu.host.0.bin", np.float32).reshape(1, 4, 8, 8)
-    np.testing.assert_allclose(got, ort_run(conv_model(), {"x": x})[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, ort_run(tiny_conv_model(), {"x": x})[0], rtol=1e-5, atol=1e-5)
     done = subprocess.run([str(program), str(cuda_artifact), "default", str(tmp_path / "gpu"), str(tmp_path / "x.bin")],
                           capture_output=True, text=True, timeout=60)
     if not _have_gpu():

@@ -11,12 +11,11 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from forgekit.release.model_card import requirements
+from onnx_models import tiny_conv_model
 
 
 def _have_nvcc() -> bool:
@@ -34,12 +33,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def cuda_artifact(tmp_path_factory):
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "c",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = tiny_conv_model()
     folder = tmp_path_factory.mktemp("cuda_device")
     onnx.save(model, folder / "m.onnx")
     done = _cli("compile", str(folder / "m.onnx"), "-t", "cuda/sm_90", "-o", str(folder / "out"))
