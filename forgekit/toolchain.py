@@ -37,3 +37,19 @@ def tool_version(tool: str) -> str:
 def host_cxx() -> str:
     """The C++ compiler TVM uses for native artifacts (``CXX`` or ``g++``)."""
     return os.environ.get("CXX", "g++")
+
+
+def publish_build(scratch: "os.PathLike[str]", final: "os.PathLike[str]", stamp: str, text: str) -> None:
+    """Make a finished build folder ``scratch`` the cache entry ``final`` in one rename, marked complete by the
+    file ``stamp`` (``text``): a reader sees a whole build or none.  Another process that finished the same
+    build first wins: its entry is as good."""
+    from pathlib import Path
+
+    scratch, final = Path(scratch), Path(final)
+    (scratch / stamp).write_text(text)
+    scratch.chmod(0o755)
+    try:
+        scratch.rename(final)
+    except OSError:
+        if not (final / stamp).is_file():
+            raise

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError, CompileError, TargetError, ToolchainError
 from ..log import last_line
-from ..toolchain import require, tool_version
+from ..toolchain import publish_build, require, tool_version
 from .capi import SOURCE_DIR, wheel_dirs
 from .cross_toolchains import CrossToolchain, toolchain_for
 
@@ -177,13 +177,7 @@ def build_cross_runtime(tag: str, cache: str | os.PathLike[str] | None = None,
             built = Path(name) if os.path.isabs(name) else work / name
             shutil.copy2(built, scratch / built.name)
         seconds = time.monotonic() - start
-        (scratch / _STAMP).write_text(f"{toolchain.name} {tag} build_seconds={seconds:.0f}\n")
-        scratch.chmod(0o755)
-        try:
-            scratch.rename(final)
-        except OSError:  # another process finished the same build first: theirs is as good
-            if not (final / _STAMP).is_file():
-                raise
+        publish_build(scratch, final, _STAMP, f"{toolchain.name} {tag} build_seconds={seconds:.0f}\n")
         say(f"{toolchain.name} runtime built in {seconds:.0f} s: {final}")
     return build
 

@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..errors import CompileError, ToolchainError
 from ..log import last_line
-from ..toolchain import host_cxx, require, tool_version
+from ..toolchain import host_cxx, publish_build, require, tool_version
 
 #: what a CUDA bundle's runtime/ holds (flat: forgekit-run finds the libraries through $ORIGIN)
 CUDA_RUNTIME_FILES = ("forgekit-run", "libforgekit_runtime.so", "libtvm_ffi.so", "libtvm_runtime.so",
@@ -99,11 +99,5 @@ def build_cuda_runtime(encryption: bool = False, cache: str | Path | None = None
         for name in CUDA_RUNTIME_FILES:
             folder = "bin" if name == "forgekit-run" else "lib"
             shutil.copy2(work / "install" / folder / name, staged / name)
-        (staged / _STAMP).write_text(f"x86_64 cuda encryption={encryption}\n")
-        staged.chmod(0o755)
-        try:
-            staged.rename(final)
-        except OSError:  # another process finished the same build first: theirs is as good
-            if not (final / _STAMP).is_file():
-                raise
+        publish_build(staged, final, _STAMP, f"x86_64 cuda encryption={encryption}\n")
     return files
