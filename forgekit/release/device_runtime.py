@@ -16,7 +16,7 @@ import os
 from typing import Any, Callable
 
 from ..artifact.layout import device_of
-from ..errors import TargetError
+from ..errors import NotAvailableError, TargetError
 from .archive import FILE_MODE, Member
 
 RUNTIME_DIR = "runtime"
@@ -40,6 +40,12 @@ def runtime_members(target: str, log: Callable[[str], None] | None = None,
     from .cuda_runtime import build_cuda_runtime
 
     if is_cuda(meta):
+        arch = str((meta or {}).get("build", {}).get("arch") or "x86_64")
+        if arch != "x86_64":  # the CUDA runtime here is built by this x86-64 machine's g++ (.cuda_runtime)
+            raise NotAvailableError(
+                f"publish --with-runtime cannot build the C runtime for a CUDA artifact on an {arch} host ({target}) "
+                "yet: publish without --with-runtime, and on the device use the forgekit-runtime wheel or build "
+                "runtime/ there with CMake (docs/deployment.md).")
         encrypted = bool((meta or {}).get("library", {}).get("encrypted"))
         files = build_cuda_runtime(encryption=encrypted, log=log)
     else:

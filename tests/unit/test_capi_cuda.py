@@ -194,3 +194,20 @@ def test_gpu_check_script_runs_from_a_copied_folder(tmp_path) -> None:
     assert done.returncode == 3, done.stdout + done.stderr
     assert "PASS --device cpu refused" in done.stdout and "PASS --device cuda:64 refused" in done.stdout
     assert "FAIL forgekit-run --device cuda" in done.stdout and "libcuda.so.1" in done.stdout
+
+
+def test_publish_with_runtime_refuses_a_cuda_artifact_on_an_aarch64_host(tmp_path) -> None:
+    """jetson/orin (an aarch64 host with an sm_87 GPU): the bundle got this machine's x86-64 forgekit-run and
+    libtvm_runtime_cuda.so next to an aarch64 library, silently.  Now one line (exit 12) and nothing written."""
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("needs the aarch64 cross compiler (g++-aarch64-linux-gnu) to build a jetson/orin artifact")
+    onnx.save(tiny_conv_model(), tmp_path / "m.onnx")
+    done = subprocess.run([sys.executable, "-m", "forgekit", "compile", str(tmp_path / "m.onnx"), "-t", "jetson/orin",
+                           "-o", str(tmp_path / "art")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "forgekit", "publish", str(tmp_path / "art"), "--with-runtime",
+                           "--version", "1.0.0", "-o", str(tmp_path / "dist")], capture_output=True, text=True)
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 12 and len(lines) == 1, done.stderr
+    assert "cannot build the C runtime for a CUDA artifact on an aarch64 host (jetson/orin)" in lines[0]
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
