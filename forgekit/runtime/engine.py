@@ -131,9 +131,10 @@ class Engine:
         else:
             arrays = list(args)
         ranges = self.metadata.get("model", {}).get("dynamic")
-        if self.device.kind != "cpu" and any(on_device(a, self.device) for a in arrays):
+        on_gpu = [self.device.kind != "cpu" and on_device(a, self.device) for a in arrays]
+        arrays = [a if gpu else _host_array(a) for a, gpu in zip(arrays, on_gpu)]
+        if any(on_gpu):
             return check_device_inputs(self._inputs, arrays, self.device, ranges)
-        arrays = [_host_array(a) for a in arrays]
         if self._inputs:
             arrays = check_inputs(self._inputs, arrays, ranges)
         return [aligned_copy(np.asarray(a)) for a in arrays]

@@ -60,15 +60,12 @@ def check_device_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any
 
 
 def device_tensor(value: Any, device: Device) -> Any:
-    """``value`` as a tvm_ffi Tensor on ``device``: a view of a host array on the CPU, a copy on a GPU (a tensor
-    already there: itself)."""
+    """``value`` (a numpy array, or a tensor already on ``device``) as a tvm_ffi Tensor there: a view of a host
+    array on the CPU, a copy on a GPU, the tensor itself when it is there already."""
     import tvm_ffi
 
-    if hasattr(value, "__dlpack_device__") and not isinstance(value, np.ndarray):
-        tensor = tvm_ffi.from_dlpack(value)
-        if tensor.device.dlpack_device_type() == device.dlpack_type:
-            return tensor
-        value = np.from_dlpack(tensor)
+    if not isinstance(value, np.ndarray):  # Engine.arrange left only tensors already on ``device`` unconverted
+        return tvm_ffi.from_dlpack(value)
     host = tvm_ffi.from_dlpack(value)
     if device.kind == "cpu":
         return host
