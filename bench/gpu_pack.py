@@ -56,9 +56,11 @@ def build_wheels(into: Path) -> None:
         download(spec, into)
 
 
-def compile_one(onnx_path: Path, artifact: Path, target: str, precision: str, cuda_graph: bool) -> float:
+def compile_one(onnx_path: Path, artifact: Path, target: str, precision: str, cuda_graph: bool,
+                kernels: str = "auto", layout: str | None = None) -> float:
     """Seconds to compile one artifact; ``cuda_graph``: TVM's RewriteCUDAGraph (captures the static part of the
-    launch sequence once, replays it: issue 37's experiment for launch-bound small batches)."""
+    launch sequence once, replays it: issue 37's experiment for launch-bound small batches); ``kernels``:
+    ``--gpu-kernels``; ``layout``: ``--layout`` (``last``: NHWC, cuDNN's tensor-core layout)."""
     import contextlib
 
     import tvm
@@ -69,8 +71,8 @@ def compile_one(onnx_path: Path, artifact: Path, target: str, precision: str, cu
              else contextlib.nullcontext())
     start = time.perf_counter()
     with scope:
-        forge.from_onnx(str(onnx_path)).compile(target=target, output_path=str(artifact),
-                                                set_float16=precision == "fp16")
+        forge.from_onnx(str(onnx_path)).compile(target=target, output_path=str(artifact), gpu_kernels=kernels,
+                                                set_float16=precision == "fp16", set_channel_layout=layout)
     return time.perf_counter() - start
 
 
@@ -81,7 +83,11 @@ LEVELS = {"ppocr_det": 32, "ppocr_rec": 32}
 
 
 def compile_runs(names: list[str], batches: list[int], levels: int, work: Path, target: str = TARGET,
-                 graphs: tuple[str, ...] = (), big_batch: tuple[str, ...] = (), log=print) -> list[dict]:
+                 graphs: tuple[str, ...] = (), big_batch: tuple[str, ...] = (), log=print,
+                 kernels: tuple[str, ...] = ("auto",), nhwc: tuple[str, ...] = ()) -> list[dict]:
+    """Every model x batch x precision x variant; the first of ``kernels`` is each row's base (the one the
+    PyTorch peers are timed beside), the others and the ``nhwc`` precisions (``--layout last``) are variants
+    (``fp16+tvm``, ``fp16+nhwc``: forgekit's time only)."""
     from forgekit.testing.zoo import MODELS, ModelUnavailable, example_feeds
 
     runs = []
@@ -105,15 +111,43 @@ def compile_runs(names: list[str], batches: list[int], levels: int, work: Path, 
                 one = MODELS[name](batch=1, levels=LEVELS.get(name, levels)) if batch != 1 else model
                 np.savez(feeds_path, **example_feeds(one))
             for precision in PRECISIONS:
-                for graph in ((False, True) if name in graphs and batch == 1 else (False,)):
-                    artifact = work / "artifacts" / f"{name}-{precision}-b{batch}{'-graph' if graph else ''}"
-                    seconds = compile_one(onnx_path, artifact, target, precision, graph)
+                variants = [("", kernels[0], None, False)] + [(f"+{k}", k, None, False) for k in kernels[1:]]
+                variants += [("+nhwc", kernels[0], "last", False)] if precision in nhwc else []
+                variants += [("+graph", kernels[0], None, True)] if name in graphs and batch == 1 else []
+                for suffix, kernel, layout, graph in variants:
+                    artifact = work / "artifacts" / f"{name}-{precision}-b{batch}{suffix.replace('+', '-')}"
+                    seconds = compile_one(onnx_path, artifact, target, precision, graph, kernel, layout)
                     log(f"compiled {artifact.name} in {seconds:.0f} s")
-                    runs.append({"model": name, "batch": batch, "precision": precision + ("+graph" if graph else ""),
+                    runs.append({"model": name, "batch": batch, "precision": precision + suffix,
                                  "compile_s": round(seconds, 1), "onnx": str(onnx_path.relative_to(work)),
                                  "feeds": str(feeds_path.relative_to(work)), "repeat": batch,
+                                 "gflop": round(gflop(model), 3),
                                  "artifact": str(artifact.relative_to(work))})
     return runs
+
+
+def gflop(model: onnx.ModelProto) -> float:
+    """Conv, ConvTranspose, MatMul and Gemm work of ``model`` in GFLOP (2 per multiply-add), from onnx's shape
+    inference: the numerator of the TFLOP/s gpu_run.py reports."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
+    macs = 0
+    for node in model.graph.node:
+        out = shapes.get(node.output[0]) or []
+        if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1 and node.input[1] in shapes:
+            w = shapes[node.input[1]]
+            spatial = int(np.prod(w[2:]))
+            # Conv: every output element takes C_in/groups * k*k MACs; ConvTranspose: every input element scatters
+            # C_out/groups * k*k (its weight is [C_in, C_out/groups, k, k])
+            macs += int(np.prod(out)) * w[1] * spatial if node.op_type == "Conv" else \
+                int(np.prod(shapes.get(node.input[0]) or [0])) * w[1] * spatial
+        elif node.op_type in ("MatMul", "Gemm") and out and node.input[0] in shapes:
+            a = shapes[node.input[0]]
+            k = a[-1] if node.op_type == "MatMul" or not any(x.name == "transA" and x.i for x in node.attribute) else a[0]
+            macs += int(np.prod(out)) * k
+    return 2 * macs / 1e9
 
 
 def pack(work: Path, archive: Path) -> int:
@@ -140,13 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--cuda-graphs", nargs="*", default=[], metavar="MODEL",
                         help="also batch-1 artifacts of these models with CUDA graphs")
+    parser.add_argument("--gpu-kernels", nargs="+", default=["auto"], choices=["auto", "tvm", "cudnn"],
+                        help="the first is each row's base build, the others variants (fp32+tvm...)")
+    parser.add_argument("--nhwc", nargs="*", default=[], choices=list(PRECISIONS),
+                        help="also --layout last (NHWC) builds of these precisions")
     parser.add_argument("--target", default=TARGET, help="host: a pack gpu_run.py checks on this CPU (dry run)")
     args = parser.parse_args(argv)
     work = args.out / "work"
     shutil.rmtree(work, ignore_errors=True)
     build_wheels(work / "wheels")
     runs = compile_runs(args.models, args.batches, args.levels, work, args.target, tuple(args.cuda_graphs),
-                        tuple(args.big_batch_models))
+                        tuple(args.big_batch_models), kernels=tuple(args.gpu_kernels), nhwc=tuple(args.nhwc))
     (work / "manifest.json").write_text(json.dumps({"target": args.target, "levels": args.levels, "runs": runs}, indent=1))
     size = pack(work, args.out / "pack.tar.xz")
     print(f"{args.out / 'pack.tar.xz'}: {size / 2**20:.1f} MiB ({len(runs)} artifacts)")

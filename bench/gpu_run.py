@@ -94,6 +94,21 @@ def gpu_ms(torch, call) -> float:
     return float(np.median(times))
 
 
+def top_kernels(torch, call, n: int = 4) -> str:
+    """The ``n`` kernels with the most GPU time over 10 calls (torch.profiler), as ``name µs/call (share)``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            call()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+    total = sum(e.device_time_total for e in events) or 1.0
+    events.sort(key=lambda e: -e.device_time_total)
+    return "; ".join(f"{e.key[:60]} {e.device_time_total / 10:.0f}us ({e.device_time_total / total:.0%})"
+                     for e in events[:n])
+
+
 class Report:
     def __init__(self, out: Path, header: dict) -> None:
         self.out, self.header, self.rows = out, header, {}
@@ -125,7 +140,34 @@ def _num(value, spec: str) -> str:
     return format(value, spec) if isinstance(value, float) else "–"
 
 
+def folded(onnx_path: Path) -> Path:
+    """``onnx_path`` with its shape computations folded to constants by onnxruntime's basic (standard-ONNX)
+    optimizations: onnx2torch turns a Shape->Gather->Concat->Reshape into a data-dependent reshape that dynamo
+    refused (BERT-style, YOLO: the torch.compile cells were empty); with constant shapes it compiles."""
+    import onnxruntime as ort
+
+    out = onnx_path.with_suffix(".folded.onnx")
+    if not out.exists():
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(out)
+        ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    return out
+
+
 def torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, compiled: bool):
+    """A timed call of the ONNX model converted to PyTorch; a torch.compile that fails on the model as exported
+    is tried once more on its shape-folded form (:func:`folded`)."""
+    try:
+        return _torch_peer(torch, onnx2torch_convert, onnx_path, feeds, precision, compiled)
+    except Exception:  # noqa: BLE001
+        if not compiled:
+            raise
+        torch._dynamo.reset()
+        return _torch_peer(torch, onnx2torch_convert, folded(onnx_path), feeds, precision, compiled)
+
+
+def _torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, compiled: bool):
     import contextlib
 
     import onnx
@@ -227,7 +269,13 @@ def main(argv: list[str] | None = None) -> int:
             report.set(key, device=str(engine.device), compile_s=run["compile_s"],
                        **compare(outputs, references[run["onnx"]], run["precision"].split("+")[0]))
             call = engine.prepared_call(feeds)
-            report.set(key, forgekit_ms=gpu_ms(torch, call))
+            ms = gpu_ms(torch, call)
+            report.set(key, forgekit_ms=ms)
+            if run.get("gflop"):  # the model's conv/matmul work at this batch, per second (H200 dense peak: fp32 67
+                # TFLOP/s without tensor cores, fp16 989 with: NVIDIA's H200 datasheet)
+                report.set(key, tflops=round(run["gflop"] / ms, 2))
+            if torch is not None and run["batch"] > 1 and left() > 120:
+                report.set(key, top_kernels=top_kernels(torch, call))
             del engine, call
         except Exception as exc:  # noqa: BLE001 - recorded, the next run goes on
             report.set(key, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import interrupts, log, progress
 from .errors import CompileError, ForgekitError, UsageError
-from .options import Precision
+from .options import GpuKernels, Precision
 from .passes import OPT_LEVELS, graph_passes
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def build_executable(mod: Any, spec: TargetSpec, *, opt_level: int = 3, precisio
 
 def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3,
                       precision: Precision | str = Precision.FP32,
-                      layout: str | None = None, report: BuildReport | None = None,
-                      tuning: TuningSetup | None = None, tuned: int = 0,
+                      layout: str | None = None, gpu_kernels: GpuKernels | str = GpuKernels.AUTO,
+                      report: BuildReport | None = None, tuning: TuningSetup | None = None, tuned: int = 0,
                       labels: list[str] | None = None, external_weights: bool = False) -> list[Lowered]:
     """:func:`build_executable` for several CPU targets of one model (the levels of a portable target): the
     graph passes run once (they do not depend on the target), the lowering and codegen once per target.
@@ -110,6 +110,7 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3,
         raise UsageError(f"Tuning needs a CPU target at opt_level 3 or 4 (got {first.name} at level {opt_level}): "
                          "drop --tune-trials or change the target/level.")
     precision = Precision.parse(precision)
+    gpu_kernels = GpuKernels.parse(gpu_kernels)
     if precision is Precision.BF16:
         check_bf16(specs, opt_level, scheduled)
     report = report or BuildReport(opt_level)
@@ -126,7 +127,8 @@ def build_executables(mod: Any, specs: list[TargetSpec], *, opt_level: int = 3,
                 label = labels[index] if labels else spec.name
                 progress.report(f"lowering for {label}" + (f" ({index + 1} of {len(specs)})" if len(specs) > 1 else ""))
                 executables.append(_lower(mod, spec, opt_level, precision, report, tuning if index == tuned else None,
-                                          rules=index == 0, external_weights=external_weights))
+                                          rules=index == 0, external_weights=external_weights,
+                                          gpu_kernels=gpu_kernels))
                 if len(specs) > 1 and labels and uses_cpu_schedules(opt_level, spec.is_cpu):
                     from .backends.cpu.registry import FLOPS, STATS
 
@@ -152,7 +154,8 @@ def check_bf16(specs: list[TargetSpec], opt_level: int, scheduled: bool) -> None
 
 
 def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, report: BuildReport,
-           tuning: TuningSetup | None, rules: bool, external_weights: bool = False) -> Lowered:
+           tuning: TuningSetup | None, rules: bool, external_weights: bool = False,
+           gpu_kernels: GpuKernels = GpuKernels.AUTO) -> Lowered:
     """The backend's lowering pipeline and codegen of a graph-optimised module for one target."""
     import tvm
 
@@ -171,7 +174,8 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, rep
         from .backends.cpu.weights import WeightStore
 
         weights = WeightStore()
-    pipeline = lowering_pipeline(spec, target, opt_level, precision=precision, database=database, weights=weights)
+    pipeline = lowering_pipeline(spec, target, opt_level, precision=precision, database=database, weights=weights,
+                                 gpu_kernels=gpu_kernels)
     start = time.perf_counter()
     with target, build_scope(spec, opt_level):
         executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)

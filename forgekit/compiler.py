@@ -59,7 +59,8 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
                                             tuning_progress)
         built = build_executables(mod, [v.spec for v in levels], labels=[v.name or v.spec.name for v in levels],
                                   opt_level=options.opt_level,
-                                  precision=options.precision, layout=options.layout, report=report, tuning=tuning,
+                                  precision=options.precision, layout=options.layout, gpu_kernels=options.gpu_kernels,
+                                  report=report, tuning=tuning,
                                   tuned=tuned, external_weights=True)
         if report.tuning is not None and levels[tuned].name:
             report.tuning["level"] = levels[tuned].name  # the other levels keep forgekit's default schedules

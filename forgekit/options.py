@@ -51,6 +51,24 @@ class Precision(enum.StrEnum):
         return found
 
 
+class GpuKernels(enum.StrEnum):
+    """Whose kernels a CUDA build's convolutions run on: ``cudnn`` (NVIDIA's library, compiled into the
+    artifact: :mod:`forgekit.backends.cuda.cudnn`), ``tvm`` (DLight's schedules, no library needed where it
+    runs), or ``auto``: cuDNN when its wheel is installed here (the recorded default, measured on an H200 in
+    ``docs/gpu.md``), else TVM's.  CPU builds ignore it."""
+
+    AUTO = "auto"
+    TVM = "tvm"
+    CUDNN = "cudnn"
+
+    @classmethod
+    def parse(cls, value: Any) -> GpuKernels:
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise UsageError(f"Unknown GPU kernels '{value}': use auto, tvm or cudnn.") from None
+
+
 PRECISIONS = tuple(p.value for p in Precision)
 #: every spelling of each precision (the CLI's --precision fp32|fp16|bf16 and the long names) -> Precision
 PRECISION_NAMES = {**{p.short: p for p in Precision}, **{p.value: p for p in Precision}}
@@ -111,6 +129,8 @@ class CompileOptions:
     #: any spelling of a :class:`Precision` (``"fp16"``, ``"float16"``...): a :class:`Precision` once made
     precision: Precision | str = Precision.FP32
     layout: str | None = None
+    #: any spelling of a :class:`GpuKernels` (CUDA targets: whose convolution kernels)
+    gpu_kernels: GpuKernels | str = GpuKernels.AUTO
     export_ir: bool = False
     export_metadata: bool = False
     force: bool = False
@@ -124,6 +144,7 @@ class CompileOptions:
         _integer("opt_level", self.opt_level, OPT_LEVELS[0], OPT_LEVELS[-1])
         object.__setattr__(self, "precision", Precision.parse(self.precision))
         object.__setattr__(self, "layout", normalize_layout(self.layout))
+        object.__setattr__(self, "gpu_kernels", GpuKernels.parse(self.gpu_kernels))
         if self.uuid is not None:
             try:
                 object.__setattr__(self, "uuid", str(_uuid.UUID(str(self.uuid))))

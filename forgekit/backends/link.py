@@ -94,16 +94,22 @@ def link_levels(tmp: Path, executables: list[tuple[Variant, Any]], spec: TargetS
         shared = common.build([lowered.weights for _, lowered in executables])
         if shared is not None:
             shared.write(tmp)
+    libraries: list[str] = []
     for (variant, path), (_, lowered) in zip(files, executables):
-        link_library(lowered.executable, path, variant.spec, fcompile, opt_level, lowered.weights, shared)
-    return Linked(files, shared, toolchain(spec), device(spec))
+        libraries += link_library(lowered.executable, path, variant.spec, fcompile, opt_level, lowered.weights, shared)
+    needs = device(spec)
+    if libraries:  # a GPU build's vendor libraries (cuDNN), which the runtime loads before the artifact
+        needs["libraries"] = " ".join(sorted(set(libraries)))
+    return Linked(files, shared, toolchain(spec), needs)
 
 
 def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Callable[..., Any] | None,
-                 opt_level: int, weights: Any = None, shared: Any = None) -> None:
+                 opt_level: int, weights: Any = None, shared: Any = None) -> list[str]:
     """``export_library`` with the family's linker and export options, embedding ``weights`` (a
     :class:`~forgekit.backends.cpu.weights.WeightStore`) when given, but for the arrays of ``shared`` (a
-    :class:`~forgekit.backends.cpu.shared_weights.SharedWeights`); one line when linking fails."""
+    :class:`~forgekit.backends.cpu.shared_weights.SharedWeights`); one line when linking fails.  Returns the
+    shared libraries the device kind's extensions added (a CUDA build's ``libcudnn.so.9``)."""
+    libraries: list[str] = []
     try:
         progress.report(f"linking {library.name}")
         options = export_options(spec, opt_level)
@@ -113,6 +119,8 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
 
                 scratch = Path(stack.enter_context(scratch_dir()))
                 fcompile = with_sources(fcompile, weights.sources(scratch, spec.arch, shared))
+            if (code := _device_code(spec)) is not None and hasattr(code, "with_extensions"):
+                fcompile, libraries = code.with_extensions(executable, fcompile)
             if fcompile is None:
                 executable.export_library(str(library), **options)
             else:
@@ -125,6 +133,7 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
             raise OutputWriteError(f"Linking {LIBRARY_FILE} failed: No space left on device. Nothing was written; "
                                    "free some space.") from exc
         raise CompileError(f"Linking {LIBRARY_FILE} for {spec.name} failed: {detail.strip()}") from exc
+    return libraries
 
 
 def link_error_line(output: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from ..options import Precision
+from ..options import GpuKernels, Precision
 
 if TYPE_CHECKING:
     from ..targets import TargetSpec
@@ -18,11 +18,11 @@ def uses_cpu_schedules(opt_level: int, is_cpu: bool) -> bool:
 
 
 def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precision: Precision = Precision.FP32,
-                      database: Any = None, weights: Any = None) -> Any:
+                      database: Any = None, weights: Any = None, gpu_kernels: GpuKernels = GpuKernels.AUTO) -> Any:
     """The Relax->VM pipeline for ``spec`` (built as the ``tvm.target.Target`` ``target``) at ``opt_level``.
 
     ``database``: tuning records, ``weights``: a :class:`.cpu.weights.WeightStore` the large constants are lifted
-    into (CPU targets at levels 3-4).  A target of another kind gets TVM's default pipeline (with fusion from
+    into (CPU targets at levels 3-4).  ``gpu_kernels``: whose convolutions a CUDA target runs.  A target of another kind gets TVM's default pipeline (with fusion from
     level 2).
     """
     if spec.is_cpu:
@@ -32,7 +32,7 @@ def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precisio
     if spec.is_cuda:
         from .cuda.pipeline import lowering_pipeline as cuda
 
-        return cuda(target, opt_level)
+        return cuda(target, opt_level, kernels=gpu_kernels)
     from tvm import relax
 
     return relax.get_default_pipeline(target) if opt_level >= 2 else relax.get_pipeline("default_build")

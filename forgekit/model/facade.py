@@ -345,7 +345,8 @@ class IRModule(QuantizationMixin, PartitionMixin):
                 set_channel_layout: str | None = None,
                 export_relay: bool = False, export_metadata: bool = False, force_overwrite: bool = False,
                 uuid: str | None = None, encrypt_password: str | None = None, tuning_trials: int | None = None,
-                records: Any = None, tuning_progress: Any = None, tuning_rpc: Any = None) -> Any:
+                records: Any = None, tuning_progress: Any = None, tuning_rpc: Any = None,
+                gpu_kernels: str = "auto") -> Any:
         """Compile to a deployable artifact directory; returns a :class:`~forgekit.compiler.CompileResult`.
 
         ``target``/``host``: anything :func:`forgekit.targets.parse_target` accepts (default
@@ -358,6 +359,7 @@ class IRModule(QuantizationMixin, PartitionMixin):
         ``encrypt_password`` encrypts the library (AES-256-GCM, key file ``modelKey.bin``).
         ``tuning_trials`` measures schedule knobs (0: reuse ``records`` only), on a board with ``tuning_rpc``
         (a :class:`forgekit.devices.rpc.RpcConfig`); ``tuning_progress(done, total, note)`` reports it.
+        ``gpu_kernels`` (CUDA targets): ``cudnn``, ``tvm`` or ``auto`` (:class:`forgekit.options.GpuKernels`).
         """
         kwargs: dict[str, Any] = {} if target is None else {"target": target}
         options = CompileOptions.from_forge(
@@ -365,7 +367,7 @@ class IRModule(QuantizationMixin, PartitionMixin):
             set_bfloat16=set_bfloat16, set_channel_layout=set_channel_layout, export_relay=export_relay,
             export_metadata=export_metadata, force_overwrite=force_overwrite, uuid=uuid,
             encrypt_password=encrypt_password, tuning_trials=tuning_trials, records=records, tuning_rpc=tuning_rpc,
-            inputs=tuple(self._state.inputs_read), **kwargs)
+            gpu_kernels=gpu_kernels, inputs=tuple(self._state.inputs_read), **kwargs)
         return self.compile_with(options, tuning_progress=tuning_progress)
 
     def compile_with(self, options: CompileOptions, tuning_progress: Any = None) -> Any:

@@ -72,6 +72,19 @@ def _wheel_cudart() -> Path | None:
     return None
 
 
+#: vendor libraries a CUDA artifact may link (metadata ``build.device.libraries``): where NVIDIA's wheel puts
+#: each under site-packages/nvidia, and the pip package to install
+VENDOR_LIBRARIES = {"libcudnn.so.9": ("cudnn/lib", "nvidia-cudnn-cu13")}
+
+
+def _wheel_library(name: str, sub: str) -> Path | None:
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if (candidate := Path(root) / sub / name).is_file():
+            return candidate
+    return None
+
+
 def _load_global(name: str, path: str | Path) -> str | None:
     """dlopen ``path`` with RTLD_GLOBAL (later libraries resolve against it); the loader's message on failure."""
     if name in _CUDA_LOADED:
@@ -112,6 +125,12 @@ def ensure_cuda(meta: dict[str, Any], device: Device, what: str, runtime_dir: Pa
         if error:
             raise NotAvailableError(f"{needs}; TVM's CUDA runtime does not load ({error}): reinstall forgekit-runtime "
                                     "or apache-tvm, or set FORGEKIT_TVM_RUNTIME_CUDA.")
+    for name in str(device_of(meta).get("libraries") or "").split():
+        sub, package = VENDOR_LIBRARIES.get(name, ("", name))
+        error = _load_global(name, _wheel_library(name, sub) or name) if sub else f"unknown library {name}"
+        if error:
+            raise NotAvailableError(f"{needs}; its kernels call {name}, which does not load ({error}): pip install "
+                                    f"{package} (or 'forgekit-runtime[cudnn]'), or recompile with --gpu-kernels tvm.")
     attr = tvm_ffi.get_global_func("runtime.GetDeviceAttr")
     if not attr(DL_CUDA, device.index, _ATTR_EXIST):
         raise NotAvailableError(f"{needs}; this machine has no CUDA device {device.index} (CUDA_VISIBLE_DEVICES, "

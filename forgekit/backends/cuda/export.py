@@ -58,3 +58,13 @@ def export_options(spec: TargetSpec, opt_level: int) -> dict[str, Any]:
 
     arch, fast_math = spec.cuda_arch, opt_level >= 4
     return {"fpack_imports": devpack.pack_imports(lambda source: nvcc.compile_fatbin(source, arch, fast_math))}
+
+
+def with_extensions(executable: Any, fcompile: Any) -> tuple[Any, list[str]]:
+    """``fcompile`` compiling in the runtime extensions ``executable`` calls (cuDNN's convolutions:
+    :mod:`.cudnn`), and the shared libraries they add to what the artifact needs where it runs."""
+    from . import cudnn
+
+    if cudnn.calls_cudnn(executable):
+        return cudnn.with_extension(fcompile), [cudnn.LIBRARIES[0]]
+    return fcompile, []

@@ -2,22 +2,41 @@
 list): after forgekit's graph passes (:func:`forgekit.passes.graph_passes`, where ``Precision.FP16`` rewrites
 convolutions and matmuls to fp16 with fp32 accumulation), once per target::
 
-    phase 1  library dispatch          TVM's CUDA library offloads (none enabled by default)
+    phase 1  library dispatch          convolutions (+ epilogues) to cuDNN (:mod:`.cudnn`, ``--gpu-kernels``),
+                                       then TVM's CUDA library offloads (none enabled by default)
     phase 2  legalize (+ fuse)         operators to TIR; FuseOps/FuseTIR from opt level 2 only
     phase 3  dataflow lowering         DLight's default GPU rules bind every kernel to blocks and threads
     phase 4  finalize                  VM code generation
 
 ``default_build`` (levels 0-1 elsewhere) schedules nothing, so on a GPU every kernel would stay a host loop
 nest that reads device memory: the unfused levels drop only fusion.  While TVM builds, nvcc compiles the
-kernels (:func:`build_scope`); at export they are packed as a fatbin (:mod:`.export`).
+kernels (:func:`build_scope`); at export they are packed as a fatbin (:mod:`.export`), and the cuDNN calls'
+extension is compiled into the library when the executable makes any (:func:`.export.with_extensions`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...errors import ToolchainError
+from ...options import GpuKernels
 
-def lowering_pipeline(target: Any, opt_level: int) -> Any:
+
+def uses_cudnn(kernels: GpuKernels) -> bool:
+    """Whether a build routes convolutions to cuDNN: ``cudnn`` needs NVIDIA's wheel here (one line naming it,
+    exit 10, otherwise); ``auto`` uses it when it is installed, ``tvm`` never."""
+    from .cudnn import find_cudnn
+
+    if kernels is GpuKernels.TVM:
+        return False
+    found = find_cudnn()
+    if found is None and kernels is GpuKernels.CUDNN:
+        raise ToolchainError("--gpu-kernels cudnn needs NVIDIA's cuDNN 9 headers and library: pip install "
+                             "nvidia-cudnn-cu13 (or pip install 'forgekit[cuda]'), or use --gpu-kernels tvm.")
+    return found is not None
+
+
+def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKernels.AUTO) -> Any:
     """The Relax->VM pipeline of a CUDA target at ``opt_level``: phases 1-4 as one pass."""
     import tvm
     from tvm.relax.backend.cuda import pipeline as cuda
@@ -25,15 +44,20 @@ def lowering_pipeline(target: Any, opt_level: int) -> Any:
     legalize = cuda.legalize_passes(target)
     if opt_level < 2:
         legalize = [p for p in legalize if p.info.name not in ("FuseOps", "FuseTIR")]
+    vendor = []
+    if uses_cudnn(kernels):
+        from .cudnn import route_convolutions_pass
+
+        vendor.append(route_convolutions_pass())
 
     @tvm.transform.module_pass(opt_level=0, name="ForgekitGpuUnfused" if opt_level < 2 else "ForgekitCuda")
     def pipeline(mod: Any, _ctx: Any) -> Any:
         with target:
             return tvm.transform.Sequential([
-                *cuda.library_dispatch_passes(target),  # phase 1
-                *legalize,                              # phase 2
-                *cuda.dataflow_lower_passes(target),    # phase 3
-                *cuda.finalize_passes(target),          # phase 4
+                *vendor, *cuda.library_dispatch_passes(target),  # phase 1
+                *legalize,                                       # phase 2
+                *cuda.dataflow_lower_passes(target),             # phase 3
+                *cuda.finalize_passes(target),                   # phase 4
             ])(mod)
 
     return pipeline
