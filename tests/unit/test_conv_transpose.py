@@ -154,3 +154,31 @@ def test_split_and_fallback_phases_match_onnxruntime(kernel, stride, pads, outpu
     assert got.shape == expected.shape
     assert_close(got, expected)
 
+
+@pytest.mark.skipif(host_arch() != "x86_64", reason="schedules for an x86-64 (Zen 4) target")
+def test_bf16_phase_conv_of_a_prime_width_computes_whole_register_tiles(tmp_path) -> None:
+    """A 2x2/stride-1 ConvTranspose on 28 columns is a 2x2 conv to 29: the bf16 kernel's register tile divided
+    29 only as 1 column, each weight load feeding one vdpbf16ps (128 -> 128 channels at 28x28: 204 GFLOP/s, the
+    28-wide Conv 431).  It computes 30 columns now (bf16.padded_width), the extra one sliced off: 2.0x."""
+    import re
+
+    import tvm
+
+    from forgekit.backends.cpu import fusion_passes
+    from forgekit.backends.cpu.registry import ApplyRules
+
+    model = conv_transpose(2, 1, (0, 0, 0, 0), 0, cin=32, cout=32, size=(9, 28))
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
+    mod = forge.from_onnx(model, shape_dict={"x": [1, 32, 9, 28]}).mod
+    with target:
+        scheduled = tvm.transform.Sequential([*fusion_passes(target, True, True, True, True), ApplyRules(target)])(mod)
+    scripts = [f.script() for gv, f in scheduled.functions.items() if "conv2d_bf16" in gv.name_hint]
+    assert len(scripts) == 1
+    lines = [ln for ln in scripts[0].splitlines() if re.search(r"conv2d_nhwc_bf16\w* = T\.sblock_alloc_buffer", ln)]
+    assert [[int(d) for d in re.findall(r"T\.int64\((\d+)\)", ln)] for ln in lines] == [[1, 10, 30, 32]], lines
+    if "avx512bf16" in host_features():
+        result = forge.from_onnx(model).compile(target="host", output_path=tmp_path / "p", set_bfloat16=True)
+        x = np.random.default_rng(0).standard_normal((2, 32, 9, 28)).astype(np.float32)
+        got, expected = Engine(result.path).infer(x)[0], ort_run(model, {"x": x})[0]
+        cosine = float(np.dot(got.ravel(), expected.ravel()) / (np.linalg.norm(got) * np.linalg.norm(expected)))
+        assert got.shape == expected.shape and cosine >= 0.999

@@ -38,11 +38,14 @@ def padded_reader(x: Any, h: int, wd: int, ic: int, top: int, left: int) -> Call
 
 
 def conv(xs: Any, wp: Any, out_shape: tuple, kernel: tuple[int, int], strides: tuple[int, int],
-         dilation: tuple[int, int], red: int, lanes: int, load: Callable[[Any], Any], name: str) -> Any:
+         dilation: tuple[int, int], red: int, lanes: int, load: Callable[[Any], Any], name: str,
+         width: int | None = None) -> Any:
     """``out[b, y, x, f] = sum load(xs[b, y*sh + ry*dh, x*sw + rx*dw, c]) * load(wp[f/lanes, ry, rx, c/red,
     f%lanes, c%red])`` over ``ry, rx, c``, the channel axis split into ``c/red`` and the ``red`` elements one
-    lane reduces (innermost, as the dot rules expect); ``xs`` holds the channels padded to ``red``."""
+    lane reduces (innermost, as the dot rules expect); ``xs`` holds the channels padded to ``red``.  With
+    ``width`` (the real output width, below ``out_shape``'s) the extra columns repeat the last one's input."""
     (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilation
+    col = (lambda xx: xx) if width is None else (lambda xx: tvm.tirx.min(xx, width - 1))  # noqa: E731
     icp = int(xs.shape[-1])
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
@@ -50,6 +53,6 @@ def conv(xs: Any, wp: Any, out_shape: tuple, kernel: tuple[int, int], strides: t
     ri = te.reduce_axis((0, red), "ri")
     return te.compute(
         out_shape,
-        lambda b, y, xx, ff: te.sum(load(xs[b, y * sh + ry * dh, xx * sw + rx * dw, rc * red + ri])
+        lambda b, y, xx, ff: te.sum(load(xs[b, y * sh + ry * dh, col(xx) * sw + rx * dw, rc * red + ri])
                                     * load(wp[ff // lanes, ry, rx, rc, ff % lanes, ri]), axis=[ry, rx, rc, ri]),
         name=name)

@@ -87,6 +87,21 @@ def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tu
     return _own_tiles(ev, er, tinfo, factor)
 
 
+def choose_dot_tile(nvec: int, er: int | None, budget: int) -> tuple[int, int]:
+    """(vectors per row ``nv``, rows ``rt``) of the dot-product rules' accumulator tile (:mod:`.rules.dot_tile`):
+    ``nv`` divides the ``nvec`` output vectors, ``rt`` the row extent ``er``, ``nv * rt <= budget``; maximizes
+    dot instructions per load (``nv * rt`` dot products per ``nv`` weight loads + ``rt`` broadcasts)."""
+    best = None
+    for nv in (1, 2, 3, 4):
+        if nvec % nv or nv > budget:
+            continue
+        rt = best_divisor(er, max(1, budget // nv)) if er else 1
+        score = (rt * nv / (rt + nv), rt * nv)
+        if best is None or score > best[0]:
+            best = (score, nv, rt)
+    return best[1], best[2]
+
+
 def _own_tiles(ev: int, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tuple[int, int]:
     lanes, budget = tinfo.vec_lanes, stack_budget(tinfo)
     best: tuple[int, int, int] | None = None

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
+from ..tiling import choose_dot_tile
 from .base import ScheduleRule
 from .common import (
     SYMBOLIC_GUESS,
     acc_scope,
     attach_epilogue,
-    best_divisor,
     blocks_of,
     ext,
     is_reduction,
@@ -38,21 +38,6 @@ from .tiled import MIN_PARALLEL_MACS
 
 if TYPE_CHECKING:
     from ....targets.isa import IsaInfo
-
-
-def choose_dot_tile(nvec: int, er: int | None, budget: int) -> tuple[int, int]:
-    """(vectors per row ``nv``, rows ``rt``) of the accumulator tile: ``nv`` divides the ``nvec`` output
-    vectors, ``rt`` the row extent ``er``, ``nv * rt <= budget``; maximizes dot instructions per load
-    (``nv * rt`` dot products per ``nv`` weight loads + ``rt`` broadcasts)."""
-    best = None
-    for nv in (1, 2, 3, 4):
-        if nvec % nv or nv > budget:
-            continue
-        rt = best_divisor(er, max(1, budget // nv)) if er else 1
-        score = (rt * nv / (rt + nv), rt * nv)
-        if best is None or score > best[0]:
-            best = (score, nv, rt)
-    return best[1], best[2]
 
 
 class DotTileRule(ScheduleRule):
