@@ -116,7 +116,11 @@ def compile_runs(names: list[str], batches: list[int], levels: int, work: Path, 
                 variants += [("+graph", kernels[0], None, True)] if name in graphs and batch == 1 else []
                 for suffix, kernel, layout, graph in variants:
                     artifact = work / "artifacts" / f"{name}-{precision}-b{batch}{suffix.replace('+', '-')}"
-                    seconds = compile_one(onnx_path, artifact, target, precision, graph, kernel, layout)
+                    try:
+                        seconds = compile_one(onnx_path, artifact, target, precision, graph, kernel, layout)
+                    except Exception as exc:  # noqa: BLE001 - one variant failing leaves the others to measure
+                        log(f"FAILED {artifact.name}: {str(exc).strip().splitlines()[-1][:200]}")
+                        continue
                     log(f"compiled {artifact.name} in {seconds:.0f} s")
                     runs.append({"model": name, "batch": batch, "precision": precision + suffix,
                                  "compile_s": round(seconds, 1), "onnx": str(onnx_path.relative_to(work)),

@@ -113,4 +113,6 @@ def describe_device(device: dict[str, Any]) -> str:
     driver = f" (R{device['min_driver']} or newer)" if device.get("min_driver") else ""
     cuda = f" with a CUDA {device['cuda']} driver{driver}" if device.get("cuda") else ""
     arch = f" {device['gpu_arch']}" if device.get("gpu_arch") else ""
-    return f"an NVIDIA GPU{arch}{generation}{cuda}"
+    libraries = {"libcudnn.so.9": "cuDNN 9"}
+    extra = ", ".join(libraries.get(name, name) for name in str(device.get("libraries") or "").split())
+    return f"an NVIDIA GPU{arch}{generation}{cuda}" + (f" and {extra}" if extra else "")

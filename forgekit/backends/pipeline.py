@@ -32,7 +32,7 @@ def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precisio
     if spec.is_cuda:
         from .cuda.pipeline import lowering_pipeline as cuda
 
-        return cuda(target, opt_level, kernels=gpu_kernels)
+        return cuda(target, opt_level, kernels=gpu_kernels, host_arch=spec.arch)
     from tvm import relax
 
     return relax.get_default_pipeline(target) if opt_level >= 2 else relax.get_pipeline("default_build")

@@ -129,6 +129,8 @@ def compile(  # noqa: A001 - the verb users type
     precision: Annotated[str, typer.Option("--precision", metavar="P", help="fp32|bf16|fp16: conv/matmul precision "
                                            "(bf16: x86 targets with AVX512_BF16).")] = "fp32",
     layout: Annotated[Optional[str], typer.Option("--layout", metavar="L", help="first|last|NCHW|NHWC.")] = None,
+    gpu_kernels: Annotated[str, typer.Option("--gpu-kernels", metavar="K", help="CUDA targets' convolutions: "
+                                             "cudnn, tvm or auto (cuDNN where its wheel is installed).")] = "auto",
     export_ir: Annotated[bool, typer.Option("--export-ir", "--export-relay", help="Also write the IR.")] = False,
     export_metadata: Annotated[bool, typer.Option("--export-metadata", help="Also write compile_report.json.")] = False,
     force: ForceOpt = False,
@@ -179,7 +181,7 @@ def compile(  # noqa: A001 - the verb users type
 
         check_bf16([spec], opt_level, spec.is_cpu and opt_level >= 3)
     options = CompileOptions(target=spec, output_path=output, opt_level=opt_level,
-                             precision=precision, layout=layout, export_ir=export_ir,
+                             precision=precision, layout=layout, gpu_kernels=gpu_kernels, export_ir=export_ir,
                              export_metadata=export_metadata, force=force, uuid=uuid, tuning=tuning, inputs=inputs)
     check_output(output, force=force, kind="artifact", inputs=inputs)
     if encrypt:

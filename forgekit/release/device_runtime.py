@@ -84,6 +84,10 @@ def device_commands(bundle: str, members: list[Member], inputs: list[dict[str, A
     from ..artifact.layout import describe_device
 
     gpu = describe_device(device_of(meta or {}))
+    # an artifact whose convolutions call cuDNN (build.device.libraries) needs NVIDIA's wheel of it too
+    cudnn = "libcudnn.so.9" in str(device_of(meta or {}).get("libraries") or "").split()
+    wheels = "'nvidia-cuda-runtime==13.*'" + (" 'nvidia-cudnn-cu13==9.*'" if cudnn else "")
+    path = _CUDART_DIR + (":" + _CUDART_DIR.replace("/nvidia/cu13/lib", "/nvidia/cudnn/lib") if cudnn else "")
     # the cross-built runtime's "no decryption" note does not apply: this runtime links libcrypto when encrypted
     return {"commands": [f"# {README_FILE}: what the server needs; {RUNTIME_DIR}/ also holds TVM's CUDA runtime, "
                          "libtvm_runtime_cuda.so",
@@ -93,8 +97,8 @@ def device_commands(bundle: str, members: list[Member], inputs: list[dict[str, A
                          "the CUDA 13",
                          "# toolkit, or the nvidia-cuda-runtime wheel (skip these two lines when ldconfig -p lists "
                          "libcudart.so.13)",
-                         "pip install 'nvidia-cuda-runtime==13.*'",
-                         f"export LD_LIBRARY_PATH={_CUDART_DIR}",
+                         f"pip install {wheels}",
+                         f"export LD_LIBRARY_PATH={path}",
                          f"{run} --device cuda   # GPU 0 (cuda:N for another); out/<output>.npy",
                          "# no GPU, driver or libcudart: one line saying which, exit 12"
                          + ("; an encrypted bundle needs libcrypto.so.3 (OpenSSL 3) and the password in "
@@ -125,7 +129,10 @@ The server brings what comes with its GPU, which this bundle does not ship:
 - {gpu};
 - the NVIDIA driver's `libcuda.so.1` (installed with the driver);
 - NVIDIA's CUDA 13 runtime `libcudart.so.13`: the CUDA 13 toolkit, or `pip install 'nvidia-cuda-runtime==13.*'`
-  (PyTorch's CUDA 13 builds install it too) with its `nvidia/cu13/lib` folder on `LD_LIBRARY_PATH`.
+  (PyTorch's CUDA 13 builds install it too) with its `nvidia/cu13/lib` folder on `LD_LIBRARY_PATH`;
+- when the metadata's `build.device.libraries` names `libcudnn.so.9` (convolutions on cuDNN), cuDNN 9:
+  `pip install 'nvidia-cudnn-cu13==9.*'` with its `nvidia/cudnn/lib` folder on `LD_LIBRARY_PATH`, or NVIDIA's
+  `libcudnn9-cuda-13` package.
 
 ```sh
 {commands}

@@ -87,3 +87,22 @@ def test_a_bad_spelling_is_one_usage_line():
     with pytest.raises(UsageError, match="use auto, tvm or cudnn"):
         CompileOptions(gpu_kernels="cublas")
     assert CompileOptions(gpu_kernels="CUDNN").gpu_kernels == "cudnn"
+
+
+def test_a_jetson_build_never_links_this_machines_cudnn(tmp_path):
+    """jetson/orin's host is aarch64: ``auto`` linked the x86-64 wheel's libcudnn.so.9 into it and the link
+    failed (exit 6, "ld returned 1"); now ``auto`` is TVM's kernels there and ``cudnn`` one line (exit 10)."""
+    import shutil
+
+    from forgekit.errors import ToolchainError
+
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("needs the aarch64 cross compiler (g++-aarch64-linux-gnu)")
+    import forgekit as forge
+
+    forge.from_onnx(_model()).compile(target="jetson/orin", output_path=str(tmp_path / "orin"))
+    assert "libraries" not in json.loads((tmp_path / "orin" / "metadata.json").read_text())["build"]["device"]
+    with pytest.raises(ToolchainError, match="aarch64 hosts"):
+        forge.from_onnx(_model()).compile(target="jetson/orin", output_path=str(tmp_path / "orin2"),
+                                          gpu_kernels="cudnn")
+    assert not (tmp_path / "orin2").exists()

@@ -1,29 +1,32 @@
 """Convolutions through NVIDIA's cuDNN on CUDA targets (phase 1 of :mod:`.pipeline`, "library dispatch").
 
-Every 2-D convolution cuDNN computes exactly as the graph does, together with its epilogue, becomes one call
-into ``ext/forgekit_cudnn.cc``, which :func:`with_extension` compiles into the artifact's library::
+Every 2-D convolution cuDNN computes exactly as the graph does becomes one call into
+``ext/forgekit_cudnn.cc``, which :func:`with_extension` compiles into the artifact's library::
 
-    conv2d(x, w) [-> astype(x.dtype), the fp16/bf16 builds' fp32 accumulator] [+ bias] [+ residual] [-> relu]
-      =>  R.call_dps_packed("forgekit_cudnn_conv2d", (x, w, [bias], [residual], attrs), out)
+    conv2d(x, w) [-> astype(x.dtype): the fp16 build's fp32 accumulator, rounded once]
+      =>  R.call_dps_packed("forgekit_cudnn_conv2d", (x, w, attrs), out)
+
+Its epilogue (bias, residual add, ReLU, ReLU6, HardSwish...) stays Relax, so TVM fuses it into one elementwise
+kernel.  Measured on an H200 (ResNet-50, batch 32): cuDNN's own fused conv+bias+ReLU
+(``cudnnConvolutionBiasActivationForward``) ran its convolutions on ``implicit_convolve_sgemm``, a kernel without
+tensor cores, 46-66 % of the model's time; the plain convolution gets the fastest kernel cudnnFind measures.
 
 The class it covers: NCHW/OIHW and NHWC (forgekit's ``--layout last``: HWIO weights, turned into cuDNN's
-OHWI here) in fp32 and fp16; any groups (depthwise included), strides, dilations and symmetric
-padding; symbolic batch and spatial sizes (cuDNN plans each shape it meets at run time). fp32 stays exact
-(FMA kernels only, no TF32); fp16 uses tensor cores and round once, after the epilogue, where the graph
-rounded after the convolution and again after each add (the error only shrinks). Asymmetric padding,
-other layouts and convolutions whose fp32 result feeds a fp32 consumer keep TVM's kernels.
+OHWI here) in fp32 and fp16; any groups (depthwise included), strides, dilations and symmetric padding;
+symbolic batch and spatial sizes (cuDNN plans each shape it meets at run time).  fp32 stays exact (FMA
+kernels only, no TF32); fp16 uses tensor cores.  Asymmetric padding, other layouts and fp16 convolutions whose
+fp32 result feeds a fp32 consumer keep TVM's kernels.
 
-Why measured: on an H200, DLight's implicit-GEMM convolutions ran ResNet-50 at batch 32 in 18.6 ms (fp32)
-and MobileNetV2 in 68 ms (depthwise), where PyTorch (cuDNN) took 11.3 and 2.9 ms (``../shared/notes/gpu.md``).
+Why: on an H200, DLight's implicit-GEMM convolutions ran ResNet-50 at batch 32 in 18.6 ms (fp32) and
+MobileNetV2 in 68 ms (depthwise), where PyTorch (cuDNN) took 11.3 and 2.9 ms (``../shared/notes/gpu.md``).
 Why not TVM's ``partition_for_cudnn``: its codegen (``relax.ext.cudnn``) and runtime are not in the apache-tvm
-wheel; its patterns also stop at conv+bias(+relu) and miss the fp16 cast and the residual add.
+wheel.
 """
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -34,8 +37,6 @@ SOURCE = Path(__file__).parent / "ext" / "forgekit_cudnn.cc"
 #: shared libraries the extension needs at run time (NVIDIA's nvidia-cudnn-cu13 and nvidia-cuda-runtime wheels)
 LIBRARIES = ("libcudnn.so.9", "libcudart.so.13")
 _FLOATS = ("float32", "float16")  # bf16 is a CPU precision in forgekit
-# attribute order of ext/forgekit_cudnn.cc's `attrs`
-_LAYOUT, _NHWC = 0, 1
 
 
 def _static_ints(values: Any) -> list[int] | None:
@@ -66,52 +67,23 @@ def _weight(w: Any, layout: str) -> Any | None:
     return None
 
 
-def _bias(b: Any, channels: int, nhwc: bool, dtype: str) -> Any | None:
-    """A constant bias broadcast along the channel axis only, as a (C,) constant of the output's dtype."""
-    import tvm
-    from tvm import relax
-
-    if not isinstance(b, tvm.ir.expr.Constant):
-        return None
-    array = b.value.numpy()
-    if array.size != channels or (array.ndim == 4 and array.shape[3 if nhwc else 1] != channels) \
-            or (array.ndim == 3 and nhwc) or (array.ndim not in (1, 3, 4)) or (array.ndim == 1 and not nhwc):
-        return None
-    return relax.const(array.reshape(channels).astype(dtype))
-
-
 def _patterns() -> list[tuple[Any, dict[str, Any]]]:
-    """conv2d [astype] [+ const bias] [+ residual] [relu]: all 16 chains, longest first (a chain's prefix
-    matches only convolutions the longer ones left)."""
-    from tvm.relax.dpl import is_const, is_op, wildcard
+    """``conv2d`` and ``astype(conv2d)`` (the fp16 build's fp32 accumulator rounded to fp16), the cast first."""
+    from tvm.relax.dpl import is_op, wildcard
 
     out = []
-    for cast, bias, residual, relu in sorted(itertools.product((True, False), repeat=4), key=lambda f: -sum(f)):
-        # the values between the convolution and the chain's end (``_inner``) must have no other reader
+    for cast in (True, False):
         parts = {"x": wildcard(), "w": wildcard()}
-        chain = [is_op("relax.nn.conv2d")(parts["x"], parts["w"])]
-        parts["conv"] = chain[0]
+        parts["conv"] = is_op("relax.nn.conv2d")(parts["x"], parts["w"])
         if cast:
-            chain.append(is_op("relax.astype")(chain[-1]))
-            parts["cast"] = chain[-1]
-        if bias:
-            parts["bias"] = is_const()
-            chain.append(is_op("relax.add")(chain[-1], parts["bias"]))
-        if residual:
-            parts["residual"] = wildcard()
-            chain.append(is_op("relax.add")(chain[-1], parts["residual"]))
-        if relu:
-            chain.append(is_op("relax.nn.relu")(chain[-1]))
-            parts["relu"] = chain[-1]
-        out.append((chain[-1], {**parts, "_inner": chain[:-1]}))
+            parts["cast"] = is_op("relax.astype")(parts["conv"])
+        out.append((parts.get("cast", parts["conv"]), parts))
     return out
 
 
 def _single_use(func: Any) -> Callable[[Any], bool]:
-    """Whether a value of ``func`` is bound to a dataflow variable read exactly once: a chain's inner values
-    must be, or the convolution would run twice (MobileNetV2's ``add(projection, block)`` matched the
-    projection's conv with the later block as its residual, while the projection also fed the next block:
-    57 cuDNN calls for 52 convolutions)."""
+    """Whether a value of ``func`` is bound to a dataflow variable read exactly once: a convolution whose fp32
+    result is also read elsewhere must stay, or it would run twice (once in the call, once for that reader)."""
     from tvm import relax
 
     bound, uses = {}, {}
@@ -128,45 +100,25 @@ def _rewriter(parts: dict[str, Any], tensor_ops: bool, single_use: Callable[[Any
     from tvm import relax
 
     def rewrite(expr: Any, matched: Any) -> Any:
-        if not all(single_use(matched[inner]) for inner in parts["_inner"]):
-            return expr
         conv = matched[parts["conv"]]
+        if "cast" in parts and not single_use(conv):
+            return expr
         attrs, x = conv.attrs, matched[parts["x"]]
         dtype, out_dtype = _dtype(x), _dtype(expr)
         nhwc = attrs.data_layout == "NHWC"
         pads, strides, dilation = (_static_ints(v) for v in (attrs.padding, attrs.strides, attrs.dilation))
-        shape, x_shape = _shape(expr), _shape(x)
+        shape = _shape(expr)
         if (dtype not in _FLOATS or _dtype(matched[parts["w"]]) != dtype or out_dtype != dtype
                 or attrs.data_layout not in ("NCHW", "NHWC") or attrs.out_layout not in ("", attrs.data_layout)
                 or (nhwc and attrs.kernel_layout == "OIHW") or (not nhwc and attrs.kernel_layout != "OIHW")
-                or None in (pads, strides, dilation, shape, x_shape) or len(shape) != 4
+                or None in (pads, strides, dilation, shape, _shape(x)) or len(shape) != 4
                 or pads[0] != pads[2] or pads[1] != pads[3]):
             return expr
-        # without the cast the convolution's own dtype is the output's (an fp32 result of fp16 inputs feeding a
-        # fp32 op stays TVM's: cuDNN writes the inputs' dtype)
-        if _dtype(conv) != dtype and "cast" not in parts:
-            return expr
         w = _weight(matched[parts["w"]], str(attrs.kernel_layout))
-        channels = _static_ints([shape[3 if nhwc else 1]])
-        if w is None or channels is None:
+        if w is None:
             return expr
-        args = [x, w]
-        if "bias" in parts:
-            bias = _bias(matched[parts["bias"]], channels[0], nhwc, dtype)
-            if bias is None:
-                return expr
-            args.append(bias)
-        if "residual" in parts:
-            residual = matched[parts["residual"]]
-            if _dtype(residual) != dtype or _shape(residual) is None or \
-                    [str(d) for d in _shape(residual)] != [str(d) for d in shape]:
-                return expr
-            args.append(residual)
-        flags = [int(nhwc), pads[0], pads[1], *strides, *dilation, int(attrs.groups),
-                 int("bias" in parts), int("residual" in parts), int("relu" in parts),
-                 int(tensor_ops or dtype != "float32")]
-        args.append(relax.ShapeExpr(flags))
-        return relax.call_dps_packed(FUNCTION, relax.Tuple(args), out_ty=expr.ty)
+        flags = [int(nhwc), pads[0], pads[1], *strides, *dilation, int(attrs.groups), int(tensor_ops or dtype != "float32")]
+        return relax.call_dps_packed(FUNCTION, relax.Tuple([x, w, relax.ShapeExpr(flags)]), out_ty=expr.ty)
 
     return rewrite
 

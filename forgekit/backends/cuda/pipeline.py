@@ -22,12 +22,19 @@ from ...errors import ToolchainError
 from ...options import GpuKernels
 
 
-def uses_cudnn(kernels: GpuKernels) -> bool:
-    """Whether a build routes convolutions to cuDNN: ``cudnn`` needs NVIDIA's wheel here (one line naming it,
-    exit 10, otherwise); ``auto`` uses it when it is installed, ``tvm`` never."""
+def uses_cudnn(kernels: GpuKernels, host_arch: str) -> bool:
+    """Whether a build routes convolutions to cuDNN: ``cudnn`` needs NVIDIA's wheel here, for the artifact's
+    host architecture (one line naming it, exit 10, otherwise); ``auto`` uses it when it is installed, ``tvm``
+    never.  The wheel found is this machine's: a Jetson (aarch64) build cannot link it (x86-64 objects)."""
+    from ...runtime.cpu import host_arch as this_arch
     from .cudnn import find_cudnn
 
     if kernels is GpuKernels.TVM:
+        return False
+    if host_arch != this_arch():
+        if kernels is GpuKernels.CUDNN:
+            raise ToolchainError(f"--gpu-kernels cudnn links NVIDIA's cuDNN wheel of this {this_arch()} machine, "
+                                 f"not one for {host_arch} hosts (Jetson): use --gpu-kernels tvm.")
         return False
     found = find_cudnn()
     if found is None and kernels is GpuKernels.CUDNN:
@@ -36,7 +43,8 @@ def uses_cudnn(kernels: GpuKernels) -> bool:
     return found is not None
 
 
-def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKernels.AUTO) -> Any:
+def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKernels.AUTO,
+                      host_arch: str = "x86_64") -> Any:
     """The Relax->VM pipeline of a CUDA target at ``opt_level``: phases 1-4 as one pass."""
     import tvm
     from tvm.relax.backend.cuda import pipeline as cuda
@@ -45,7 +53,7 @@ def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKern
     if opt_level < 2:
         legalize = [p for p in legalize if p.info.name not in ("FuseOps", "FuseTIR")]
     vendor = []
-    if uses_cudnn(kernels):
+    if uses_cudnn(kernels, host_arch):
         from .cudnn import route_convolutions_pass
 
         vendor.append(route_convolutions_pass())

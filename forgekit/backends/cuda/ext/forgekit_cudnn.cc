@@ -2,10 +2,11 @@
 // convolutions to cuDNN (forgekit/backends/cuda/cudnn.py), found by the Relax VM as the library's own symbol
 // `__tvm_ffi_forgekit_cudnn_conv2d` (so two artifacts in one process never clash over a global name).
 //
-//   forgekit_cudnn_conv2d(x, w, [bias], [residual], attrs: Shape, y)
+//   forgekit_cudnn_conv2d(x, w, attrs: Shape, y)
 //   attrs = [layout (0 NCHW/OIHW, 1 NHWC/OHWI), pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
-//            has_bias, has_residual, relu, math (0: fp32 FMA only, 1: tensor cores allowed)]
-//   y = relu?(conv(x, w) + bias + residual), computed in fp32 and rounded once to y's dtype.
+//            math (0: fp32 FMA only, 1: tensor cores allowed)]
+//   y = conv(x, w), accumulated in fp32 and rounded once to y's dtype (x's).  The epilogue is TVM's, fused into
+//   one kernel: cudnnConvolutionBiasActivationForward ran without tensor cores (forgekit/backends/cuda/cudnn.py).
 //
 // Why not TVM's own cuDNN support: the apache-tvm wheel is built without it (no relax.ext.cudnn, no
 // tvm.contrib.cudnn.* functions), and its JSON-runtime route would need a TVM runtime built from source.
@@ -18,7 +19,6 @@
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,7 +38,7 @@ namespace {
     if (error_ != cudaSuccess) TVM_FFI_THROW(RuntimeError) << "CUDA " << #expr << ": " << cudaGetErrorString(error_); \
   } while (0)
 
-enum Attr { kLayout, kPadH, kPadW, kStrideH, kStrideW, kDilH, kDilW, kGroups, kHasBias, kHasResidual, kRelu, kMath, kNumAttrs };
+enum Attr { kLayout, kPadH, kPadW, kStrideH, kStrideW, kDilH, kDilW, kGroups, kMath, kNumAttrs };
 
 cudnnDataType_t DataType(const DLTensor* t) {
   if (t->dtype.code == kDLFloat && t->dtype.bits == 32) return CUDNN_DATA_FLOAT;
@@ -51,28 +51,19 @@ cudnnDataType_t DataType(const DLTensor* t) {
 
 void* Data(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
 
-size_t Bytes(const DLTensor* t) {
-  size_t n = (t->dtype.bits * t->dtype.lanes + 7) / 8;
-  for (int i = 0; i < t->ndim; ++i) n *= static_cast<size_t>(t->shape[i]);
-  return n;
-}
-
 // One convolution shape's descriptors and the algorithm cudnnFind chose for it, kept for the process.
 struct Plan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnActivationDescriptor_t relu = nullptr;
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace = 0;
-  bool fused = true;  // cudnnConvolutionBiasActivationForward accepted this shape (else conv, add, relu)
   ~Plan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (y) cudnnDestroyTensorDescriptor(y);
-    if (bias) cudnnDestroyTensorDescriptor(bias);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
-    if (relu) cudnnDestroyActivationDescriptor(relu);
   }
 };
 
@@ -115,8 +106,6 @@ Plan* MakePlan(DeviceState& state, const std::vector<int64_t>& key, const int64_
   int k = w->shape[0], cg = w->shape[nhwc ? 3 : 1], r = w->shape[nhwc ? 1 : 2], s = w->shape[nhwc ? 2 : 3];
   FK_CUDNN(cudnnCreateFilterDescriptor(&plan->w));
   FK_CUDNN(cudnnSetFilter4dDescriptor(plan->w, type, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, k, cg, r, s));
-  FK_CUDNN(cudnnCreateTensorDescriptor(&plan->bias));
-  FK_CUDNN(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, type, 1, k, 1, 1));
   FK_CUDNN(cudnnCreateConvolutionDescriptor(&plan->conv));
   FK_CUDNN(cudnnSetConvolution2dDescriptor(plan->conv, a[kPadH], a[kPadW], a[kStrideH], a[kStrideW], a[kDilH],
                                            a[kDilW], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -124,8 +113,6 @@ Plan* MakePlan(DeviceState& state, const std::vector<int64_t>& key, const int64_
   // fp32 stays exact: FMA kernels only (CUDNN_DEFAULT_MATH lets Ampere+ GPUs use TF32 tensor cores)
   cudnnMathType_t math = a[kMath] ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   FK_CUDNN(cudnnSetConvolutionMathType(plan->conv, math));
-  FK_CUDNN(cudnnCreateActivationDescriptor(&plan->relu));
-  FK_CUDNN(cudnnSetActivationDescriptor(plan->relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int found = 0;
@@ -140,25 +127,21 @@ Plan* MakePlan(DeviceState& state, const std::vector<int64_t>& key, const int64_
   if (best < 0) TVM_FFI_THROW(RuntimeError) << "cuDNN found no convolution algorithm for this shape";
   plan->algo = perf[best].algo;
   plan->workspace = perf[best].memory;
-  FK_CUDNN(cudnnSetConvolutionMathType(plan->conv, a[kMath] ? perf[best].mathType : CUDNN_FMA_MATH));
+  plan->math = a[kMath] ? perf[best].mathType : CUDNN_FMA_MATH;
+  FK_CUDNN(cudnnSetConvolutionMathType(plan->conv, plan->math));
   Plan* out = plan.get();
   state.plans.emplace(key, std::move(plan));
   return out;
 }
 
 void Conv2d(tvm::ffi::PackedArgs args, tvm::ffi::Any* rv) {
-  int n = args.size();
-  if (n < 4) TVM_FFI_THROW(TypeError) << "forgekit_cudnn_conv2d: expected x, w, [bias], [residual], attrs, y";
-  tvm::ffi::Shape attrs = args[n - 2].cast<tvm::ffi::Shape>();
+  if (args.size() != 4) TVM_FFI_THROW(TypeError) << "forgekit_cudnn_conv2d: expected x, w, attrs, y";
+  tvm::ffi::Shape attrs = args[2].cast<tvm::ffi::Shape>();
   if (attrs.size() != kNumAttrs) TVM_FFI_THROW(ValueError) << "forgekit_cudnn_conv2d: " << attrs.size() << " attrs";
   const int64_t* a = attrs.data();
   DLTensor* x = args[0].cast<DLTensor*>();
   DLTensor* w = args[1].cast<DLTensor*>();
-  int next = 2;
-  DLTensor* bias = a[kHasBias] ? args[next++].cast<DLTensor*>() : nullptr;
-  DLTensor* residual = a[kHasResidual] ? args[next++].cast<DLTensor*>() : nullptr;
-  DLTensor* y = args[n - 1].cast<DLTensor*>();
-  if (next != n - 2) TVM_FFI_THROW(TypeError) << "forgekit_cudnn_conv2d: argument count does not match attrs";
+  DLTensor* y = args[3].cast<DLTensor*>();
 
   std::vector<int64_t> key(a, a + kNumAttrs);
   for (const DLTensor* t : {x, w, y}) {
@@ -177,27 +160,9 @@ void Conv2d(tvm::ffi::PackedArgs args, tvm::ffi::Any* rv) {
     FK_CUDA(cudaMalloc(&state.workspace, plan->workspace));
     state.workspace_size = plan->workspace;
   }
-  const float one = 1.0f, zero = 0.0f;
-  if (a[kRelu] && bias && plan->fused) {
-    // alpha2 = 0 and z = y when there is no residual: cuDNN does not read z then (TensorFlow's fused conv relies on it)
-    const float alpha2 = residual ? 1.0f : 0.0f;
-    cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
-        state.handle, &one, plan->x, Data(x), plan->w, Data(w), plan->conv, plan->algo, state.workspace,
-        plan->workspace, &alpha2, plan->y, residual ? Data(residual) : Data(y), plan->bias, Data(bias), plan->relu,
-        plan->y, Data(y));
-    if (status == CUDNN_STATUS_SUCCESS) return;
-    if (status != CUDNN_STATUS_NOT_SUPPORTED) FK_CUDNN(status);
-    plan->fused = false;  // this algorithm has no fused form: the three steps below, from now on
-  }
-  float beta = 0.0f;
-  if (residual) {
-    FK_CUDA(cudaMemcpyAsync(Data(y), Data(residual), Bytes(y), cudaMemcpyDeviceToDevice, stream));
-    beta = 1.0f;
-  }
+  const float one = 1.0f, zero = 0.0f;  // float scaling for fp32 and fp16 data alike (cuDNN: double only for double)
   FK_CUDNN(cudnnConvolutionForward(state.handle, &one, plan->x, Data(x), plan->w, Data(w), plan->conv, plan->algo,
-                                   state.workspace, plan->workspace, &beta, plan->y, Data(y)));
-  if (bias) FK_CUDNN(cudnnAddTensor(state.handle, &one, plan->bias, Data(bias), &one, plan->y, Data(y)));
-  if (a[kRelu]) FK_CUDNN(cudnnActivationForward(state.handle, plan->relu, &one, plan->y, Data(y), &zero, plan->y, Data(y)));
+                                   state.workspace, plan->workspace, &zero, plan->y, Data(y)));
 }
 
 // "algo/workspace" of every planned shape, for benchmark reports: which kernels cudnnFind chose
@@ -206,8 +171,8 @@ tvm::ffi::String Plans() {
   std::string out;
   for (auto& [device, state] : States()) {
     for (auto& [key, plan] : state->plans) {
-      out += "algo " + std::to_string(int(plan->algo)) + " ws " + std::to_string(plan->workspace) +
-             (plan->fused ? " fused" : " unfused") + "\n";
+      out += "algo " + std::to_string(int(plan->algo)) + " math " + std::to_string(int(plan->math)) + " ws " +
+             std::to_string(plan->workspace) + "\n";
     }
   }
   return tvm::ffi::String(out);
