@@ -30,13 +30,14 @@ import numpy as np
 from .batchnorm import has_op
 
 
-def _eligible(attrs: Any, w: np.ndarray, shape: Any) -> bool:
+def _eligible(attrs: Any, w: np.ndarray, shape: Any, cast: bool = False) -> bool:
     """Constant IOHW weights on NCHW data, one group, no dilation, and per axis ``stride == kernel`` (any size)
-    or stride 1-2 with a kernel of 1-4 (what the tests cover); others keep TVM's loop nest."""
+    or stride 1-2 with a kernel of 1-4 (what the tests cover); others keep TVM's loop nest.  ``cast``: the
+    result is cast back to the weights' dtype (an fp16 build's fp32 accumulator), so any ``out_dtype`` goes."""
     if (w.ndim != 4 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "IOHW"
             or attrs.out_layout not in ("", "NCHW") or int(attrs.groups) != 1
             or any(int(d) != 1 for d in attrs.dilation) or shape is None or len(shape) != 4
-            or (attrs.out_dtype and str(attrs.out_dtype) not in ("", str(w.dtype)))):
+            or (not cast and attrs.out_dtype and str(attrs.out_dtype) not in ("", str(w.dtype)))):
         return False
     strides = [int(s) for s in attrs.strides]
     return all(s == k or (s in (1, 2) and 1 <= k <= 4) for s, k in zip(strides, w.shape[2:]))
@@ -79,7 +80,7 @@ def _phase_taps(k: int, s: int) -> list[int]:
 
 
 def _phase_convs(relax: Any, x: Any, pw: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
-                 pads: tuple[int, int, int, int]) -> Any:
+                 pads: tuple[int, int, int, int], out_dtype: str = "") -> Any:
     """The phase convolution's output (NCHW, ``s*s*Cout`` phase-major channels): one ``T x T`` conv where every
     phase has ``T`` taps per axis; else one conv per phase over its real taps alone, concatenated.
 
@@ -95,9 +96,12 @@ def _phase_convs(relax: Any, x: Any, pw: np.ndarray, kernel: tuple[int, int], st
     taps_h, taps_w = _phase_taps(kh, sh), _phase_taps(kw, sw)
 
     def conv(weights: np.ndarray, t: int, l: int) -> Any:
-        return relax.op.nn.conv2d(x, relax.const(np.ascontiguousarray(weights)), strides=[1, 1],
-                                  padding=[t, l, bottom, right], dilation=[1, 1], groups=1,
-                                  data_layout="NCHW", kernel_layout="OIHW")
+        y = relax.op.nn.conv2d(x, relax.const(np.ascontiguousarray(weights)), strides=[1, 1],
+                               padding=[t, l, bottom, right], dilation=[1, 1], groups=1,
+                               data_layout="NCHW", kernel_layout="OIHW", out_dtype=out_dtype or None)
+        # an fp16 build's fp32 accumulator, rounded right after its conv: the same values the original cast
+        # gave after the shuffle (which only moves them), and a conv + cast a GPU library takes as one
+        return relax.op.astype(y, str(weights.dtype)) if out_dtype and out_dtype != str(weights.dtype) else y
 
     split = (set(taps_h) != {th} or set(taps_w) != {tw}) and min(taps_h + taps_w) > 0
     if not split or top < th - min(taps_h) or left < tw - min(taps_w):
@@ -119,12 +123,15 @@ def conv_transpose_as_conv(mod: Any) -> Any:
 
     data, weight = wildcard(), is_const()
     pattern = is_op("relax.nn.conv2d_transpose")(data, weight)
+    # an fp16 build's transposed conv: fp16 in, fp32 out (ToMixedPrecision), cast back to fp16 by its reader
+    cast = is_op("relax.astype")(pattern)
 
     def rewrite(expr: Any, matched: Any) -> Any:
         call = matched[pattern]
         attrs, w, x = call.attrs, matched[weight].value.numpy(), matched[data]
         shape = getattr(x.ty, "shape", None)
-        if not _eligible(attrs, w, getattr(shape, "values", None)):
+        casting = cast in matched and str(getattr(expr.ty, "dtype", "")) == str(w.dtype)
+        if cast in matched and not casting or not _eligible(attrs, w, getattr(shape, "values", None), casting):
             return expr
         _, cout, kh, kw = w.shape
         sh, sw = (int(s) for s in attrs.strides)
@@ -134,7 +141,8 @@ def conv_transpose_as_conv(mod: Any) -> Any:
         n, _, h, width = shape.values
         top, bottom, cut_t, a, over_h = _extent(h, kh, sh, th, pt, pb, oph)
         left, right, cut_l, b, over_w = _extent(width, kw, sw, tw, pl, pr, opw)
-        y = _phase_convs(relax, x, phase_weights(w, (sh, sw)), (kh, kw), (sh, sw), (top, left, bottom, right))
+        y = _phase_convs(relax, x, phase_weights(w, (sh, sw)), (kh, kw), (sh, sw), (top, left, bottom, right),
+                         str(attrs.out_dtype) if casting else "")
         if sh * sw > 1:
             y = relax.op.reshape(y, [n, sh, sw, cout, a, b])
             y = relax.op.permute_dims(y, [0, 3, 4, 1, 5, 2])  # n, o, a, rh, b, rw
@@ -147,7 +155,8 @@ def conv_transpose_as_conv(mod: Any) -> Any:
 
     if not has_op(mod, "relax.nn.conv2d_transpose"):
         return mod
-    functions = {gv: rewrite_call(pattern, rewrite, func) if isinstance(func, relax.Function) else func
+    functions = {gv: rewrite_call(pattern, rewrite, rewrite_call(cast, rewrite, func))
+                 if isinstance(func, relax.Function) else func
                  for gv, func in mod.functions.items()}
     return tvm.IRModule(functions, attrs=mod.attrs)
 
