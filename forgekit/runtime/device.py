@@ -60,29 +60,27 @@ def parse_device(spec: str | None, meta: dict[str, Any]) -> Device:
     return device
 
 
+def nvidia_roots() -> list[Path]:
+    """The ``nvidia`` folders NVIDIA's pip wheels install into (a namespace package: one per site-packages),
+    which the loader does not search by itself."""
+    spec = importlib.util.find_spec("nvidia")
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+
+
+def _wheel_library(name: str, *subs: str) -> Path | None:
+    """``name`` in the first of the wheels' ``subs`` folders (under :func:`nvidia_roots`) that has it."""
+    return next((root / sub / name for root in nvidia_roots() for sub in subs if (root / sub / name).is_file()), None)
+
+
 def _wheel_cudart() -> Path | None:
     """``libcudart.so.13`` from NVIDIA's pip wheels (``nvidia-cuda-runtime`` 13 puts it in nvidia/cu13/lib;
-    12-era wheels used nvidia/cuda_runtime/lib), which the loader does not search by itself."""
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("cu13/lib", "cuda_runtime/lib"):
-            candidate = Path(root) / sub / "libcudart.so.13"
-            if candidate.is_file():
-                return candidate
-    return None
+    12-era wheels used nvidia/cuda_runtime/lib)."""
+    return _wheel_library("libcudart.so.13", "cu13/lib", "cuda_runtime/lib")
 
 
 #: vendor libraries a CUDA artifact may link (metadata ``build.device.libraries``): where NVIDIA's wheel puts
 #: each under site-packages/nvidia, and the pip package to install
 VENDOR_LIBRARIES = {"libcudnn.so.9": ("cudnn/lib", "nvidia-cudnn-cu13")}
-
-
-def _wheel_library(name: str, sub: str) -> Path | None:
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        if (candidate := Path(root) / sub / name).is_file():
-            return candidate
-    return None
 
 
 def _load_global(name: str, path: str | Path) -> str | None:
