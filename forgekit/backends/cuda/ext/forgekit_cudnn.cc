@@ -10,8 +10,9 @@
 //
 // Why not TVM's own cuDNN support: the apache-tvm wheel is built without it (no relax.ext.cudnn, no
 // tvm.contrib.cudnn.* functions), and its JSON-runtime route would need a TVM runtime built from source.
-// The legacy convolution API is used (not cuDNN's graph API) because it is what PyTorch's and TensorFlow's
-// convolutions call: the same algorithm search (cudnnFind, like torch.backends.cudnn.benchmark) and kernels.
+// The legacy convolution API is used (not cuDNN's graph API) for its small surface: one call per convolution and
+// cudnnFind's measured choice of kernel (like torch.backends.cudnn.benchmark).  PyTorch goes through the graph
+// API (cudnn-frontend), which can also fuse epilogues on tensor cores: the next step (docs/gpu.md).
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <tvm/ffi/container/shape.h>
