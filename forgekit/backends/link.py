@@ -119,7 +119,7 @@ def link_library(executable: Any, library: Path, spec: TargetSpec, fcompile: Cal
 
                 scratch = Path(stack.enter_context(scratch_dir()))
                 fcompile = with_sources(fcompile, weights.sources(scratch, spec.arch, shared))
-            if (code := _device_code(spec)) is not None and hasattr(code, "with_extensions"):
+            if (code := _device_code(spec)) is not None:  # a CUDA build: the cuDNN extension when it calls it
                 fcompile, libraries = code.with_extensions(executable, fcompile)
             if fcompile is None:
                 executable.export_library(str(library), **options)
