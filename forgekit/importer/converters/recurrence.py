@@ -76,66 +76,87 @@ def _loop(extent: int, indent: str, var: str = "j") -> tuple[str, str, str]:
 
 
 def _matvec(out: str, vec: str, mat: str, rows: int, cols: int, indent: str) -> list[str]:
-    """``out[0:cols] = vec[0:rows] @ mat[rows, cols]``; a block of 64 columns (4 AVX-512 registers: 4
-    independent FMA chains, 1.3x over one) stays in registers over the rows."""
+    """``out[0:cols] = vec[0:rows] @ mat[rows, cols]`` (``out``/``mat``/``vec``: element templates with
+    ``{j}`` the column and ``{k}`` the row); a block of 64 columns (4 AVX-512 registers: 4 independent FMA
+    chains, 1.3x over one) stays in registers over the rows."""
     chunk = next((c for c in (4 * _LANES, _LANES) if cols % c == 0), cols)
     i2 = indent + "    "
+    col = f"jo * {chunk} + ji"
+    acc = out.format(j=col)
     return [f"{indent}for jo in range({cols // chunk}):",
-            f"{i2}for ji in T.vectorized({chunk}):", f"{i2}    {out}[jo * {chunk} + ji] = T.float32(0)",
+            f"{i2}for ji in T.vectorized({chunk}):", f"{i2}    {acc} = T.float32(0)",
             f"{i2}for k in range({rows}):", f"{i2}    for ji in T.vectorized({chunk}):",
-            f"{i2}        {out}[jo * {chunk} + ji] = {out}[jo * {chunk} + ji] + {vec.format(k='k')} * "
-            f"{mat}[k, jo * {chunk} + ji]"]
+            f"{i2}        {acc} = {acc} + {vec.format(k='k')} * {mat.format(k='k', j=col)}"]
 
 
-def _source(kind: str, hidden: int, reverse: bool, lbr: bool) -> str:
-    """TVMScript of one direction's loop: arguments ``xw [T, B, G*H]`` (input projection with the input
-    biases), the recurrent weights transposed (GRU without linear_before_reset: ``R_zr^T [H, 2H]`` and
-    ``R_h^T [H, H]``; else ``R^T [H, G*H]``; GRU with it also the candidate's recurrent bias ``[H]``),
-    ``h0`` (and ``c0``) ``[B, H]``; results ``y [T, B, H]``, last ``h`` (and ``c``)."""
-    h, gh = hidden, hidden * {"lstm": 4, "gru": 3, "rnn": 1}[kind]
-    t_of = "n_t - T.int64(1) - s" if reverse else "s"
+def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool) -> str:
+    """TVMScript of one layer's loop over its directions (``dirs``: reversed or not, per direction):
+    arguments ``xw [D, T, B, G*H]`` (input projections with the input biases), the recurrent weights
+    transposed (GRU without linear_before_reset: ``R_zr^T [D, H, 2H]`` and ``R_h^T [D, H, H]``; else
+    ``R^T [D, H, G*H]``; GRU with it also the candidate's recurrent bias ``[D, H]``), ``h0`` (and ``c0``)
+    ``[D, B, H]``; results in ONNX's layout: ``y [T, D, B, H]``, last ``h`` (and ``c``) ``[D, B, H]``.
+
+    The directions of a bidirectional layer are independent, so they run in parallel, one per thread:
+    each thread then streams only its own direction's recurrent weights every step (4 MB at H=512 fp32,
+    more than a core's L2).  Measured on a CRNN's BiLSTM (H=512, 80 steps, 2 threads, Zen 4): the two
+    directions took 3.5 ms each one after the other."""
+    h, gh, nd = hidden, hidden * {"lstm": 4, "gru": 3, "rnn": 1}[kind], len(dirs)
+    if all(dirs):
+        t_of = "n_t - T.int64(1) - s"
+    elif not any(dirs):
+        t_of = "s"
+    else:  # forward and reverse: direction d runs time backwards when dirs[d]
+        rev = " or ".join(f"d == {i}" for i, r in enumerate(dirs) if r)
+        t_of = f"T.if_then_else({rev}, n_t - T.int64(1) - s, s)"
     lstm, split_r = kind == "lstm", kind == "gru" and not lbr
-    bufs = [("xw", "(n_t, n_b, {})".format(gh))]
-    bufs += [("rt", f"({h}, {2 * h})"), ("rh", f"({h}, {h})")] if split_r else [("rt", f"({h}, {gh})")]
-    bufs += [("bh", f"({h},)")] if kind == "gru" and lbr else []
-    bufs += [("h0", f"(n_b, {h})")] + ([("c0", f"(n_b, {h})")] if lstm else [])
-    bufs += [("y", f"(n_t, n_b, {h})"), ("hn", f"(n_b, {h})")] + ([("cn", f"(n_b, {h})")] if lstm else [])
+    bufs = [("xw", f"({nd}, n_t, n_b, {gh})")]
+    bufs += ([("rt", f"({nd}, {h}, {2 * h})"), ("rh", f"({nd}, {h}, {h})")] if split_r
+             else [("rt", f"({nd}, {h}, {gh})")])
+    bufs += [("bh", f"({nd}, {h})")] if kind == "gru" and lbr else []
+    bufs += [("h0", f"({nd}, n_b, {h})")] + ([("c0", f"({nd}, n_b, {h})")] if lstm else [])
+    bufs += [("y", f"(n_t, {nd}, n_b, {h})"), ("hn", f"({nd}, n_b, {h})")]
+    bufs += [("cn", f"({nd}, n_b, {h})")] if lstm else []
     lines = ["    n_t = T.int64()", "    n_b = T.int64()"]
     lines += [f"    {n} = T.match_buffer(var_{n}, {shape}, \"float32\")" for n, shape in bufs]
-    lines += [f"    g = T.alloc_buffer(({2 * h if split_r else gh},), \"float32\")",
-              f"    cc = T.alloc_buffer(({h},), \"float32\")"]
-    head, j, body = _loop(h, "        ")
-    lines += ["    for b in range(n_b):", head, f"{body}hn[b, {j}] = h0[b, {j}]"]
+    # scratch per direction: each thread writes only its own row
+    lines += [f"    g = T.alloc_buffer(({nd}, {2 * h if split_r else gh}), \"float32\")",
+              f"    cc = T.alloc_buffer(({nd}, {h}), \"float32\")"]
+    lines.append(f"    for d in {'T.parallel' if nd > 1 else 'range'}({nd}):")
+    head, j, body = _loop(h, "            ")
+    lines += ["        for b in range(n_b):", head, f"{body}hn[d, b, {j}] = h0[d, b, {j}]"]
     if lstm:
-        lines.append(f"{body}cn[b, {j}] = c0[b, {j}]")
-    ind = "            "
-    lines += ["    for s in range(n_t):", f"        t = {t_of}", "        for b in range(n_b):"]
-    lines += _matvec("g", "hn[b, {k}]", "rt", h, 2 * h if split_r else gh, ind)
+        lines.append(f"{body}cn[d, b, {j}] = c0[d, b, {j}]")
+    ind = "                "
+    lines += ["        for s in range(n_t):", f"            t = {t_of}", "            for b in range(n_b):"]
+    lines += _matvec("g[d, {j}]", "hn[d, b, {k}]", "rt[d, {k}, {j}]", h, 2 * h if split_r else gh, ind)
     head, j, body = _loop(h, ind)
 
-    def gate(offset: int, act: Any) -> list[str]:  # g[offset + j] = act(xw[t, b, offset + j] + g[offset + j])
-        e = f"g[{offset} + {j}]"
-        return [f"{e} = xw[t, b, {offset} + {j}] + {e}", *act(e)]
+    def gate(offset: int, act: Any) -> list[str]:  # g = act(xw[t] + g) at offset + j
+        e = f"g[d, {offset} + {j}]"
+        return [f"{e} = xw[d, t, b, {offset} + {j}] + {e}", *act(e)]
+
+    def gg(offset: int) -> str:
+        return f"g[d, {offset} + {j}]"
 
     stmts: list[str] = []
     if lstm:  # ONNX gate order i, o, f, c
         stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + gate(2 * h, _sigmoid) + gate(3 * h, _tanh)
-        stmts += [f"cn[b, {j}] = g[{2 * h} + {j}] * cn[b, {j}] + g[{j}] * g[{3 * h} + {j}]",
-                  f"cc[{j}] = cn[b, {j}]", *_tanh(f"cc[{j}]"), f"hn[b, {j}] = g[{h} + {j}] * cc[{j}]"]
+        stmts += [f"cn[d, b, {j}] = {gg(2 * h)} * cn[d, b, {j}] + {gg(0)} * {gg(3 * h)}",
+                  f"cc[d, {j}] = cn[d, b, {j}]", *_tanh(f"cc[d, {j}]"), f"hn[d, b, {j}] = {gg(h)} * cc[d, {j}]"]
     elif kind == "rnn":
-        stmts += gate(0, _tanh) + [f"hn[b, {j}] = g[{j}]"]
+        stmts += gate(0, _tanh) + [f"hn[d, b, {j}] = {gg(0)}"]
     elif lbr:  # GRU, linear_before_reset: the candidate is tanh(xw_h + r * (h @ R_h^T + Rb_h))
-        c = f"g[{2 * h} + {j}]"
+        c = gg(2 * h)
         stmts += gate(0, _sigmoid) + gate(h, _sigmoid)
-        stmts += [f"{c} = xw[t, b, {2 * h} + {j}] + g[{h} + {j}] * ({c} + bh[{j}])", *_tanh(c),
-                  f"hn[b, {j}] = (T.float32(1) - g[{j}]) * {c} + g[{j}] * hn[b, {j}]"]
+        stmts += [f"{c} = xw[d, t, b, {2 * h} + {j}] + {gg(h)} * ({c} + bh[d, {j}])", *_tanh(c),
+                  f"hn[d, b, {j}] = (T.float32(1) - {gg(0)}) * {c} + {gg(0)} * hn[d, b, {j}]"]
     else:  # GRU: the candidate is tanh(xw_h + (r * h) @ R_h^T): r * h first, for every j
-        stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + [f"g[{h} + {j}] = g[{h} + {j}] * hn[b, {j}]"]
+        stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + [f"{gg(h)} = {gg(h)} * hn[d, b, {j}]"]
         lines += [head] + [body + x for x in stmts]
-        lines += _matvec("cc", f"g[{h} + {{k}}]", "rh", h, h, ind)
-        stmts = [f"cc[{j}] = xw[t, b, {2 * h} + {j}] + cc[{j}]", *_tanh(f"cc[{j}]"),
-                 f"hn[b, {j}] = (T.float32(1) - g[{j}]) * cc[{j}] + g[{j}] * hn[b, {j}]"]
-    stmts.append(f"y[t, b, {j}] = hn[b, {j}]")
+        lines += _matvec("cc[d, {j}]", f"g[d, {h} + {{k}}]", "rh[d, {k}, {j}]", h, h, ind)
+        stmts = [f"cc[d, {j}] = xw[d, t, b, {2 * h} + {j}] + cc[d, {j}]", *_tanh(f"cc[d, {j}]"),
+                 f"hn[d, b, {j}] = (T.float32(1) - {gg(0)}) * cc[d, {j}] + {gg(0)} * hn[d, b, {j}]"]
+    stmts.append(f"y[t, d, b, {j}] = hn[d, b, {j}]")
     lines += [head] + [body + x for x in stmts]
     params = ", ".join(f"var_{n}: T.handle" for n, _ in bufs)
     return ("@T.prim_func(private=True)\n"
@@ -143,22 +164,24 @@ def _source(kind: str, hidden: int, reverse: bool, lbr: bool) -> str:
             "    T.func_attr({\"tirx.noalias\": True})\n" + "\n".join(lines) + "\n")
 
 
-def loop_kernel(kind: str, hidden: int, reverse: bool, lbr: bool) -> Any:
+def loop_kernel(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool) -> Any:
     """The PrimFunc, marked scheduled and opaque (see the module docstring)."""
-    func = tvm.script.from_source(_source(kind, hidden, reverse, lbr))
+    func = tvm.script.from_source(_source(kind, hidden, dirs, lbr))
     return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": 8})  # 8: kOpaque, never fused
 
 
-def emit_direction(bb: Any, kind: str, hidden: int, reverse: bool, lbr: bool, xw: Any, weights: list[Any],
-                   h0: Any, c0: Any | None) -> tuple[Any, Any, Any | None]:
-    """(Y [T, batch, H], last h, last c) of one direction; ``weights`` as :func:`_source` takes them."""
-    name = f"forgekit_{kind}_loop_h{hidden}{'_rev' if reverse else ''}{'_lbr' if lbr else ''}"
+def emit_layer(bb: Any, kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, xw: Any,
+               weights: list[Any], h0: Any, c0: Any | None) -> tuple[Any, Any, Any | None]:
+    """(Y [T, D, batch, H], Y_h, Y_c [D, batch, H]) of one layer's directions, as ONNX lays them out;
+    every argument stacked over the directions as :func:`_source` takes them."""
+    name = (f"forgekit_{kind}_loop_h{hidden}_" + "".join("r" if r else "f" for r in dirs)
+            + ("_lbr" if lbr else ""))
     existing = [gv for gv in bb.get().get_global_vars() if gv.name_hint == name]
-    gv = existing[0] if existing else bb.add_func(loop_kernel(kind, hidden, reverse, lbr), name)
-    t, batch = xw.ty.shape.values[0], xw.ty.shape.values[1]
+    gv = existing[0] if existing else bb.add_func(loop_kernel(kind, hidden, dirs, lbr), name)
+    nd, t, batch = len(dirs), xw.ty.shape.values[1], xw.ty.shape.values[2]
     dtype = "float32"
-    state = relax.TensorType([batch, hidden], dtype)
-    outs = [relax.TensorType([t, batch, hidden], dtype), state] + ([state] if kind == "lstm" else [])
+    state = relax.TensorType([nd, batch, hidden], dtype)
+    outs = [relax.TensorType([t, nd, batch, hidden], dtype), state] + ([state] if kind == "lstm" else [])
     args = [xw, *weights, h0] + ([c0] if kind == "lstm" else [])
     res = bb.emit(relax.call_tir(gv, args, outs))
     parts = [bb.emit(relax.TupleGetItem(res, i)) for i in range(len(outs))]

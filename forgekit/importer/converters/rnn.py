@@ -164,6 +164,7 @@ class _RNNBase(OnnxOpConverter):
 
         zeros_bh = bb.emit(op.zeros(relax.ShapeExpr([batch, Hs]), dtype))
         ys, yhs, ycs = [], [], []
+        layer: list = []  # looped: (reverse, xw, weights, h0, c0) per direction, for one kernel
         for d in range(num_dir):
             reverse = direction == "reverse" or d == 1
             f_acts = acts[d * nact : (d + 1) * nact]
@@ -201,11 +202,7 @@ class _RNNBase(OnnxOpConverter):
                     weights = [R_t, rb_h if rb_h is not None else bb.emit(op.zeros(relax.ShapeExpr([Hs]), dtype))]
                 else:
                     weights = [R_t]
-                y_d, h_last, c_last = recurrence.emit_direction(bb, cls.KIND, Hs, reverse, bool(lbr), xw, weights,
-                                                                H, C)
-                ys.append(y_d)
-                yhs.append(h_last)
-                ycs.append(c_last)
+                layer.append((reverse, xw, weights, H, C))
                 continue
 
             def clipped(x):
@@ -273,9 +270,16 @@ class _RNNBase(OnnxOpConverter):
             yhs.append(H)
             ycs.append(C)
 
-        Y = bb.emit(_stack(ys, axis=1))  # [T, D, batch, H]
-        Y_h = bb.emit(_stack(yhs, axis=0))  # [D, batch, H]
-        Y_c = bb.emit(_stack(ycs, axis=0)) if cls.KIND == "lstm" else None
+        if looped:  # one kernel for the layer: its directions run in parallel
+            revs, xws, weights, hs, cs = zip(*layer)
+            Y, Y_h, Y_c = recurrence.emit_layer(
+                bb, cls.KIND, Hs, revs, bool(lbr), bb.emit(_stack(xws, axis=0)),
+                [bb.emit(_stack(w, axis=0)) for w in zip(*weights)], bb.emit(_stack(hs, axis=0)),
+                bb.emit(_stack(cs, axis=0)) if cls.KIND == "lstm" else None)
+        else:
+            Y = bb.emit(_stack(ys, axis=1))  # [T, D, batch, H]
+            Y_h = bb.emit(_stack(yhs, axis=0))  # [D, batch, H]
+            Y_c = bb.emit(_stack(ycs, axis=0)) if cls.KIND == "lstm" else None
         if layout == 1:
             Y = bb.emit(op.permute_dims(Y, [2, 0, 1, 3]))
             Y_h = bb.emit(op.permute_dims(Y_h, [1, 0, 2]))
