@@ -151,12 +151,15 @@ def convert(
     extra_converters: dict | None = None,
     fold_relax_constants: bool = True,
     where: str | None = None,
+    declared: Mapping[str, int] | None = None,
     **from_onnx_kwargs: Any,
 ):
     """check -> ``from_onnx`` (with the extra converters) -> numpy fold, for a *prepared* model.
 
     ``from_onnx_kwargs`` (``shape_dict``, ``dtype_dict``, ``keep_params_in_input`` ...) go to
     ``tvm.relax.frontend.onnx.from_onnx``.  ``where`` (e.g. ``"'model.onnx'"``) words the errors.
+    ``declared``: tensor -> rank as the model was exported (preparation forgets declared shapes; an axis-less
+    Squeeze on symbolic dims is read against them, :mod:`.converters.squeeze`); None: ``model``'s own.
     Raises :class:`UnsupportedOperatorsError` (every offending node at once) or
     :class:`ConversionError` (naming the failing node and op); never a raw TVM traceback.
     """
@@ -164,6 +167,7 @@ def convert(
 
     from .converters import loop, patched_frontend
     from .converters.branches import runtime_failing_branches
+    from .converters.squeeze import declared_shapes
 
     ops = unsupported_ops(model, extra_converters)
     if ops:
@@ -182,10 +186,12 @@ def convert(
     symbols: dict[str, Any] = {}
     token = loop.set_subgraph_importer(list(model.opset_import), import_body)
     try:
-        with patched_frontend(extra_converters), runtime_failing_branches(model), contextlib.redirect_stdout(sink), \
+        with patched_frontend(extra_converters), runtime_failing_branches(model), \
+                declared_shapes(model, declared) as squeezes, contextlib.redirect_stdout(sink), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = from_onnx(model, **from_onnx_kwargs)
+        squeezes.raise_pins()
     except ConversionError as exc:
         raise (exc.with_context(where) if where else exc) from None
     except ImportErrorBase:

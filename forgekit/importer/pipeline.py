@@ -7,6 +7,7 @@ conv/matmul patterns run on the integer kernels, and constant sub-graphs are fol
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -40,6 +41,8 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None, a
     from ..passes.numpy_fold import fold_constants_numpy
     from .advice import checked_advice
     from .check import convert, unsupported_ops
+    from .converters.squeeze import SqueezePin
+    from .declared import declared_ranks
     from .prepare import prepare_onnx
     from .qdq import fuse_qdq
     from .strides import input_dim, restore_plain_inputs, stepped_symbols, unprovable_broadcast
@@ -77,7 +80,7 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None, a
     try:
         with interrupts.watch(), log.quiet_native("import"):
             mod = convert(prepared, extra_converters=extra_converters, fold_relax_constants=False, where=where,
-                          **kwargs)
+                          declared=declared_ranks(model.graph), **kwargs)
             mod = relax.transform.Normalize()(restore_plain_inputs(mod, stepped))
             unprovable = unprovable_broadcast(mod)
             if unprovable:
@@ -91,13 +94,32 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None, a
         if fixed:  # every operator converts, at fixed sizes: a dynamic-dimension limit, not an unsupported op
             raise DynamicDimensionError(exc.op_type, exc.node_name, exc.detail, hint, where) from None
         raise exc.with_context(where, hint) from None
+    except SqueezePin as pin:  # imported again below, once this attempt's module and frames are gone
+        pinned = pin.with_traceback(None)
     except ImportErrorBase:
         raise
     except Exception as exc:  # Normalize or the rewrites on what the frontend built
         interrupts.check(exc)
         raise ModelLoadError(f"TVM could not import {where or 'the model'}: {log.first_line(exc)}; "
                              f"{REPORT_HINT}.") from exc
-    return ImportedModel(mod, inputs, graph_outputs(model))
+    else:
+        return ImportedModel(mod, inputs, graph_outputs(model))
+    return _import_pinned(source, pinned, where, extra_converters=extra_converters, advise=advise, **from_onnx_kwargs)
+
+
+def _import_pinned(source: OnnxSource, pin: Any, where: str | None, **kwargs: Any) -> ImportedModel:
+    """Import again with the symbols a Squeeze removed pinned to 1 (:mod:`.converters.squeeze`), as
+    ``--input-shape SYMBOL=1`` would: the artifact's inputs then say 1 and the runtime refuses other sizes."""
+    ranged = [s for s in pin.symbols if s in source.dynamic]
+    if ranged or "shape_dict" in kwargs or any(s in source.shape_dict for s in pin.symbols):
+        what = f"--dynamic gives {', '.join(ranged)} a range" if ranged else "they cannot be pinned here"
+        raise DynamicDimensionError("Squeeze", pin.node, f"{pin.detail}, but {what}",
+                                    f"pin them to 1 ({pin.flags}), keeping the other dimensions dynamic", where)
+    one = set(pin.symbols)
+    shapes = {k: [1 if d in one else d for d in v] if isinstance(v, list) else v for k, v in source.shape_dict.items()}
+    log.warn(f"{pin.reason}: {', '.join(pin.symbols)} pinned to 1, as with {pin.flags}")
+    return import_source(dataclasses.replace(source, shape_dict={**shapes, **dict.fromkeys(pin.symbols, 1)}),
+                         **kwargs)
 
 
 def import_onnx(model: Any, shape_dict: Mapping[str, Any] | None = None, *, freeze: Mapping[str, Any] | None = None,

@@ -12,8 +12,8 @@ One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
 :mod:`.pool` (SAME padding), :mod:`.shapes` (integer casts of symbolic shapes), :mod:`.expand` (broadcasting
-on symbolic dimensions); :mod:`.loop` (ONNX Loop as a
-recursive Relax function).
+on symbolic dimensions), :mod:`.squeeze` (Squeeze without axes on symbolic dimensions: the rank the model
+declares); :mod:`.loop` (ONNX Loop as a recursive Relax function).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import expand, loop, onehot, pool, quant, resize, rnn, shapes, slicing
+from . import expand, loop, onehot, pool, quant, resize, rnn, shapes, slicing, squeeze
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
 EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **slicing.CONVERTERS,
                                      **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS,
                                      **shapes.CONVERTERS, **loop.CONVERTERS,
-                                     **expand.CONVERTERS}
+                                     **expand.CONVERTERS, **squeeze.CONVERTERS}
 
 #: ops handled outside the convert map: If by the frontend itself, Scan rewritten as a Loop before
 #: conversion (importer/loops.py).
