@@ -23,12 +23,12 @@ def has_op(mod: Any, op_name: str) -> bool:
 
 
 def fold_batch_norms(mod: Any) -> Any:
-    """Fold inference batch-norms into the preceding convolution: ``conv(x, W) [+ b] → bn`` becomes
+    """Fold inference batch-norms into the preceding convolution (2-D or 1-D): ``conv(x, W) [+ b] → bn`` becomes
     ``conv(x, W * s) + ((b - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``.
 
     TVM's ``FoldBatchnormToConv2D`` only matches a batch-norm directly after the convolution, but ONNX
     exporters put the convolution bias in between, so forgekit folds with its own pattern (in float64,
-    on constants only, NCHW/OIHW only).  Unmatched batch-norms are decomposed at build time.
+    on constants only, NCHW/OIHW and NCW/OIW only).  Unmatched batch-norms are decomposed at build time.
     """
     import numpy as np
     from tvm import relax
@@ -36,28 +36,30 @@ def fold_batch_norms(mod: Any) -> Any:
 
     data, weight, bias = wildcard(), is_const(), is_const()
     gamma, beta, mean, var = is_const(), is_const(), is_const(), is_const()
-    conv = is_op("relax.nn.conv2d")(data, weight)
+    conv = is_op("relax.nn.conv2d")(data, weight) | is_op("relax.nn.conv1d")(data, weight)
     norm = is_op("relax.nn.batch_norm")(is_op("relax.add")(conv, bias) | conv, gamma, beta, mean, var)
     pattern = is_tuple_get_item(norm, 0)
 
     def rewrite(expr: Any, matched: Any) -> Any:
         call, bn = matched[conv], matched[norm]
         attrs, bn_attrs = call.attrs, bn.attrs
-        if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or int(bn_attrs.axis) != 1:
+        if (attrs.data_layout not in ("NCHW", "NCW") or attrs.kernel_layout not in ("OIHW", "OIW")
+                or int(bn_attrs.axis) != 1):
             return expr
         w = matched[weight].value.numpy()
+        unit = (1,) * (w.ndim - 2)  # the spatial axes: 2 for conv2d, 1 for conv1d
         channels = w.shape[0]
         b = matched[bias].value.numpy() if bias in matched else np.zeros(channels, w.dtype)
         if b.size != channels:
             return expr
         g, bt, mu, v = (matched[p].value.numpy().astype(np.float64) for p in (gamma, beta, mean, var))
         scale = g / np.sqrt(v + float(bn_attrs.epsilon))
-        new_w = (w.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.dtype)
-        new_b = ((b.reshape(-1).astype(np.float64) - mu) * scale + bt).astype(w.dtype).reshape(1, -1, 1, 1)
-        folded = relax.op.nn.conv2d(call.args[0], relax.const(new_w), strides=attrs.strides, padding=attrs.padding,
-                                    dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
-                                    kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout,
-                                    out_dtype=attrs.out_dtype)
+        new_w = (w.astype(np.float64) * scale.reshape(-1, 1, *unit)).astype(w.dtype)
+        new_b = ((b.reshape(-1).astype(np.float64) - mu) * scale + bt).astype(w.dtype).reshape(1, -1, *unit)
+        op = relax.op.nn.conv2d if w.ndim == 4 else relax.op.nn.conv1d
+        folded = op(call.args[0], relax.const(new_w), strides=attrs.strides, padding=attrs.padding,
+                    dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+                    kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
         return relax.op.add(folded, relax.const(new_b))
 
     if not has_op(mod, "relax.nn.batch_norm"):

@@ -7,7 +7,7 @@ target (each level of a portable target)::
     phase 0  index checks              every gather/scatter index a model reads from its inputs, bounds-checked
              -- levels 0-2: TVM's pipeline (default_build; from level 2 with fusion) --
     phase 1  library dispatch          TVM's CPU library offloads
-    phase 2  Relax prefix              canonical forms, numpy folding, transposed convs as phase convs, NHWC
+    phase 2  Relax prefix              canonical forms, numpy folding, 1-D and transposed convs as 2-D convs, NHWC
     phase 3  bf16 activations          bf16 tensors between bf16 convolutions (Precision.BF16 only)
     phase 4  legalize                  packed, int8 and bf16 conv2d/matmul kernels, polynomial exp/erf/tanh
     phase 5  fuse                      FuseOps, FuseTIR: what the rules and the tuner see
@@ -122,16 +122,20 @@ def _fusion_phases(build: CpuLowering, target: Any) -> list[Any]:
 
 
 def preprocess(use_nhwc: bool = True) -> Any:
-    """Phase 2, the Relax prefix: canonicalize, fold constants (numpy), transposed convolutions as one
-    convolution per output phase (:mod:`forgekit.passes.conv_transpose`), NHWC."""
+    """Phase 2, the Relax prefix: canonicalize, fold constants (numpy), 1-D convolutions as 2-D ones of height 1
+    (:mod:`forgekit.passes.conv1d`), transposed convolutions as one convolution per output phase
+    (:mod:`forgekit.passes.conv_transpose`), NHWC.  Both rewrites come before NHWC, which then converts the
+    convolutions they make, and before phase 4, whose packed, bf16, int8 and Winograd legalizations take
+    conv2d only."""
     import tvm
 
     from ...passes.canonicalize import Canonicalize
+    from ...passes.conv1d import conv1d_as_conv2d_pass
     from ...passes.conv_transpose import conv_transpose_as_conv_pass
     from ...passes.layout import to_nhwc_or_keep
     from ...passes.numpy_fold import NumpyFoldConstant
 
-    seq = [Canonicalize, NumpyFoldConstant, conv_transpose_as_conv_pass()]
+    seq = [Canonicalize, NumpyFoldConstant, conv1d_as_conv2d_pass(), conv_transpose_as_conv_pass()]
     if use_nhwc:
         seq += [to_nhwc_or_keep(), NumpyFoldConstant]
     return tvm.transform.Sequential(seq, name="forgekit.CpuPreprocess")
