@@ -14,10 +14,32 @@ from typing import Any
 log = logging.getLogger("forgekit.passes")
 
 
+#: Unary elementwise ops that TVM 0.27 gives no layout rule (``FRelaxInferLayout``): ConvertLayout puts each
+#: one back in NCHW between two transposes, and the ops after it stay NCHW too.  PLCMOS v2 (conv -> LeakyReLU
+#: -> MaxPool, three times, frames=300): 6.0 ms of its 25 in such transposes and NCHW pools.  A unary
+#: elementwise op keeps the layout of its one tensor argument whatever it computes, so relu's rule
+#: (``InferLayoutUnaryEwise``) is exact for them.  Ops with more arguments (``clip``'s bounds) or an axis
+#: (``log_softmax``) would need rules of their own; ``clip`` is rewritten by ``passes.canonicalize``.
+UNARY_WITHOUT_LAYOUT_RULE = ("relax.nn.leakyrelu", "relax.nn.softplus")
+
+
+def complete_layout_rules() -> None:
+    """Give the ops of :data:`UNARY_WITHOUT_LAYOUT_RULE` relu's layout rule, where TVM has none (idempotent;
+    a TVM that has its own keeps it).  TVM's op registry is per process: this fills in what it lacks, the
+    same for every build, and changes no result."""
+    import tvm
+
+    rule = tvm.ir.Op.get("relax.nn.relu").get_attr("FRelaxInferLayout")
+    for name in UNARY_WITHOUT_LAYOUT_RULE:
+        if tvm.ir.Op.get(name).get_attr("FRelaxInferLayout") is None:
+            tvm.ir.register_op_attr(name, "FRelaxInferLayout", rule)
+
+
 def to_nhwc() -> Any:
     """ConvertLayout: conv2d (and by propagation pooling and elementwise ops) to NHWC data, HWIO kernels."""
     from tvm import relax
 
+    complete_layout_rules()
     return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
                                           "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
 
