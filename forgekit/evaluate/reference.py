@@ -127,6 +127,57 @@ def cosine_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expect
                           lambda a, b: 0.0 if np.array_equal(a, b) else max(0.0, 1.0 - cosine(a, b)))
 
 
+#: ONNX ops that quantize a tensor with its own range at run time (onnxruntime's dynamic quantization).
+RUN_TIME_QUANTIZATION = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeLSTM", "DynamicQuantizeMatMul"})
+
+
+def quantizes_at_run_time(onnx_model: str | os.PathLike[str]) -> bool:
+    """Whether the model (or a subgraph of it) holds an op of :data:`RUN_TIME_QUANTIZATION`."""
+    import onnx
+
+    def ops(graph: Any) -> Any:
+        for node in graph.node:
+            yield node.op_type
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    yield from ops(sub)
+
+    model = onnx.load(str(onnx_model), load_external_data=False)
+    return any(op in RUN_TIME_QUANTIZATION for op in ops(model.graph))
+
+
+def perturbation_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any],
+                       expected: Sequence[np.ndarray]) -> list[float]:
+    """Per output, the largest difference between the reference and onnxruntime on the same inputs with every
+    float element moved 1, 4 or 16 ulps up or down (at most 2e-6 relative, far below what any input is
+    measured to): how much the model's own arithmetic amplifies the last bits of a float.
+
+    A model that quantizes tensors with their own range at run time (:func:`quantizes_at_run_time`) rounds
+    values to steps of 1/255 of that range, and a value within an ulp of a rounding boundary goes either way;
+    through a chain of such layers one flipped step grows.  ddddocr's dynamically quantized CAPTCHA
+    recognizer (21 of them before its LSTM), ten 64x160 inputs: forgekit against onnxruntime 0.085-0.30 (of
+    outputs up to 16) with the same decoded text, onnxruntime against itself with its inputs nudged so
+    0.15-0.33; one nudge alone gave 0 on 6 of the 10 (no value near a boundary moved).  Moving the inputs,
+    not the arithmetic, keeps the measure onnxruntime's own."""
+    from .compare import mask_of
+
+    sess, worst = session(onnx_model), [0.0] * len(expected)
+    for ulps in (1, -1, 4, -4, 16, -16):
+        nudged = dict(fed)
+        for k, v in fed.items():
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                for _ in range(abs(ulps)):
+                    v = np.nextafter(v, v.dtype.type(np.inf if ulps > 0 else -np.inf))
+                nudged[k] = v
+        for i, (a, b) in enumerate(zip(run(sess, nudged), expected)):
+            a, b = np.asarray(a), np.asarray(b)
+            if b.dtype.kind == "f" and a.shape == b.shape:
+                keep = ~mask_of(b.astype(np.float64))
+                diff = np.abs(a[keep].astype(np.float64) - b[keep].astype(np.float64)).max(initial=0.0)
+                worst[i] = max(worst[i], float(diff))
+    return worst
+
+
 def _against_plain(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray],
                    measure: Callable[[np.ndarray, np.ndarray], float]) -> list[float]:
     """``measure(plain, reference)`` per float output of the same shape (0 for the others), ``plain`` from
