@@ -76,8 +76,11 @@ def fuse_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
         zx = x[0].input[2] if len(x[0].input) > 2 and x[0].input[2] else ""
         acc, accf = f"{base}__acc", f"{base}__accf"
         scale = (x[1].reshape(()) * w[1].reshape(-1)).astype(np.float32)
+        # per output channel along axis 1 of the conv output, whatever its rank (the weight's: [N, C, L] of a
+        # 1-D conv, [N, C, D, H, W] of a 3-D one); a fixed [1, -1, 1, 1] broadcast a 1-D conv's [N, C, L] to 4-D
+        channel_shape = [1, -1] + [1] * (wq.ndim - 2)
         if node.op_type == "Conv":
-            scale = scale.reshape(1, -1, 1, 1) if scale.size > 1 else scale.reshape(())
+            scale = scale.reshape(channel_shape) if scale.size > 1 else scale.reshape(())
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             new_nodes.append(helper.make_node("ConvInteger", [xq, w[0].input[0], zx], [acc], name=f"{base}__int",
                                               **attrs))
@@ -89,7 +92,7 @@ def fuse_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
         scaled = f"{base}__scaled" if has_bias else node.output[0]
         new_nodes.append(helper.make_node("Mul", [accf, f"{base}__scale"], [scaled], name=f"{base}__dequant"))
         if has_bias:
-            new_inits.append(numpy_helper.from_array(np.array([1, -1, 1, 1], np.int64), f"{base}__bshape"))
+            new_inits.append(numpy_helper.from_array(np.array(channel_shape, np.int64), f"{base}__bshape"))
             new_nodes.append(helper.make_node("Reshape", [node.input[2], f"{base}__bshape"], [f"{base}__b4"],
                                               name=f"{base}__bias_shape"))
             new_nodes.append(helper.make_node("Add", [scaled, f"{base}__b4"], [node.output[0]], name=f"{base}__bias"))

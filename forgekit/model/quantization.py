@@ -72,7 +72,7 @@ class QuantizationMixin:
                  percentile: float = 99.0, smoothing: float | None = 0.75,
                  max_accuracy_drop: float | None = None, quantize_depthwise: bool = False,
                  bias_correction: bool = True) -> None:
-        """Post-training quantization to integer conv2d/matmul (int32 accumulation), in place.
+        """Post-training quantization to integer conv2d/conv1d/matmul (int32 accumulation), in place.
 
         ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (asymmetric, with a zero point; where a conv
         pads its input only tensors that are never negative take uint8, the rest symmetric int8).  Weights

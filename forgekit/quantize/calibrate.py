@@ -104,7 +104,7 @@ def calibrate(mod: tvm.IRModule, inputs: Sequence[Any], data: Any, *, previous: 
     against; a stacked array splits along symbolic leading dimensions too (see :mod:`.samples`)."""
     ops = graph.describe(mod["main"])
     if not ops:
-        raise UsageError("The model has no conv2d or matmul with constant weights: nothing to calibrate.")
+        raise UsageError("The model has no conv2d, conv1d or matmul with constant weights: nothing to calibrate.")
     instrumented, slots = instrument(mod)
     calib = previous if previous is not None and len(previous.ops) == len(ops) else Calibration(ops, [])
     unique_stats = {}

@@ -1,6 +1,6 @@
 """Finding the quantizable operators of a Relax ``main`` and exposing intermediate tensors.
 
-A *quantizable op* is a ``conv2d`` or ``matmul`` whose second operand (the weight) is a constant.  They
+A *quantizable op* is a ``conv2d``, ``conv1d`` or ``matmul`` whose second operand (the weight) is a constant.  They
 are numbered in binding order; the same numbering is used by calibration (which records the statistics
 of each op's data input), by the rewrite and by the accuracy report, so keep every walk here.
 """
@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-QUANTIZABLE_OPS = ("relax.nn.conv2d", "relax.matmul")
+#: convolutions the rewrite quantizes, with the channels-first layouts (data, kernel) it takes.  A 1-D conv
+#: stays a conv1d in the quantized module: the CPU pipeline runs it as an integer conv2d of height 1
+#: (:mod:`forgekit.passes.conv1d`), so it reaches the same dot-product kernels.  conv3d is left out: no
+#: pass turns it into a conv2d, so an int8 conv3d would run generic integer code, not the int8 kernels.
+CONV_LAYOUTS = {"relax.nn.conv2d": ("NCHW", "OIHW"), "relax.nn.conv1d": ("NCW", "OIW")}
+QUANTIZABLE_OPS = (*CONV_LAYOUTS, "relax.matmul")
 
 
 @dataclass(frozen=True)
@@ -29,8 +34,13 @@ def _is_const(expr: Any) -> bool:
     return isinstance(expr, Constant)
 
 
+def is_conv(call: Any) -> bool:
+    """Whether the quantizable op ``call`` is a convolution (weights ``[O, I/groups, *kernel]``)."""
+    return call.op.name in CONV_LAYOUTS
+
+
 def is_quantizable(call: Any) -> bool:
-    """Whether ``call`` is a float conv2d (NCHW/OIHW) or matmul with a 2-D constant weight."""
+    """Whether ``call`` is a float conv2d (NCHW/OIHW), conv1d (NCW/OIW) or matmul with a 2-D constant weight."""
     import tvm
     from tvm import relax
 
@@ -41,9 +51,11 @@ def is_quantizable(call: Any) -> bool:
         return False
     if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
         return False
-    if name == "relax.nn.conv2d":
+    if name in CONV_LAYOUTS:
         a = call.attrs
-        return a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
+        data, kernel = CONV_LAYOUTS[name]
+        # the rewrite emits the integer conv with default layouts: the output must be channels-first too
+        return a.data_layout == data and a.kernel_layout == kernel and (a.out_layout or data) == data
     return len(call.args[1].ty.shape.values) == 2
 
 

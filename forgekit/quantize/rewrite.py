@@ -1,9 +1,10 @@
-"""The Relax rewrite: float conv2d/matmul with constant weights -> integer compute.
+"""The Relax rewrite: float conv2d/conv1d/matmul with constant weights -> integer compute.
 
-For each quantizable op ``y = conv2d(x, W)`` (or ``matmul``) with a plan, the rewrite emits::
+For each quantizable op ``y = conv2d(x, W)`` (or ``conv1d``, ``matmul``) with a plan, the rewrite emits::
 
     xq  = astype(clip(round(x * (1 / sx)), lo, hi), "int8" | "uint8")    # fuses into the producer's epilogue
     acc = conv2d(xq, Wq, out_dtype="int32")                               # int8 weights, int32 accumulation
+                                                                          # (conv1d: the CPU pipeline makes it a conv2d)
     y   = astype(acc, "float32") * (sx * sw)                              # requant/dequant in the epilogue
 
 ``sw`` is per output channel (``per_channel``) or per tensor; weights are symmetric int8 in [-127, 127].
@@ -58,7 +59,7 @@ def weight_error_bias(w: np.ndarray, dequantized: np.ndarray, mean: np.ndarray, 
     dw = (dequantized - w).astype(np.float64)
     if not is_conv:  # [K, N]
         return (mean.astype(np.float64) @ dw).astype(np.float32)
-    per_in = dw.sum(axis=(2, 3))  # [O, I/groups]
+    per_in = dw.sum(axis=tuple(range(2, dw.ndim)))  # [O, I/groups], over the kernel window (OIHW, OIW)
     out_per_group = per_in.shape[0] // groups
     means = mean.astype(np.float64).reshape(groups, -1)[np.arange(per_in.shape[0]) // out_per_group]
     return (per_in * means).sum(axis=1).astype(np.float32)
@@ -110,24 +111,27 @@ def _rewriter_class() -> Any:
             emit = self.builder_.emit
             f32 = lambda v: relax.const(np.asarray(v, np.float32))  # noqa: E731
             w0 = w = call.args[1].value.numpy()
-            is_conv = call.op.name == "relax.nn.conv2d"
+            is_conv = graph.is_conv(call)
+            # per-channel vectors broadcast over the kernel window of OIHW / OIW weights, and over the
+            # spatial axes of NCHW / NCW tensors
+            window = (1,) * (w.ndim - 2)
             smooth = 1.0
             if plan.smooth is not None:  # (x / s) @ (s * W) == x @ W, with the outlier channels tamed
                 if not is_conv:
                     smooth = plan.smooth[:, None]
                 elif int(call.attrs.groups) == 1:
-                    smooth = plan.smooth[None, :, None, None]
+                    smooth = plan.smooth.reshape(1, -1, *window)
                 else:  # depthwise: filter c reads input channel c only
-                    smooth = plan.smooth[:, None, None, None]
+                    smooth = plan.smooth.reshape(-1, 1, *window)
                 w = (w * smooth).astype(np.float32)
             wq, ws = quantize_weight(w if is_conv else w.T, plan.per_channel)
             if not is_conv:
                 wq = np.ascontiguousarray(wq.T)
-            # per-output-channel constants broadcast over NCHW conv outputs / the last axis of matmuls
-            channel_shape = (1, -1, 1, 1) if is_conv else (-1,)
+            # per-output-channel constants broadcast over NCHW / NCW conv outputs / the last axis of matmuls
+            channel_shape = (1, -1, *window) if is_conv else (-1,)
             offset = np.zeros(ws.shape, np.float32)
             if plan.input_mean is not None:
-                deq_w = wq * (ws.reshape(-1, 1, 1, 1) if is_conv else ws[None, :]) / smooth
+                deq_w = wq * (ws.reshape(-1, 1, *window) if is_conv else ws[None, :]) / smooth
                 offset -= weight_error_bias(w0, deq_w, plan.input_mean, is_conv,
                                             int(call.attrs.groups) if is_conv else 1)
             lo, hi = DTYPE_RANGE[plan.x_dtype]
@@ -139,7 +143,7 @@ def _rewriter_class() -> Any:
                 sx = f32(plan.x_scale)
                 inv = 1.0 / plan.x_scale if plan.smooth is None else (1.0 / (plan.x_scale * plan.smooth))
                 if plan.smooth is not None and is_conv:
-                    inv = inv.reshape(1, -1, 1, 1)
+                    inv = inv.reshape(1, -1, *window)
                 scaled = emit(op.multiply(x, f32(np.asarray(inv, np.float32))))
             # maximum/minimum rather than clip: clip has no layout inference, so ConvertLayout would wrap it
             # in NHWC->NCHW->NHWC transposes that break the requantization out of the conv epilogue
@@ -150,8 +154,9 @@ def _rewriter_class() -> Any:
             xq = emit(op.astype(clipped, plan.x_dtype))
             if is_conv:
                 a = call.attrs
-                acc = emit(op.nn.conv2d(xq, relax.const(wq), strides=a.strides, padding=a.padding,
-                                        dilation=a.dilation, groups=a.groups, out_dtype="int32"))
+                conv = op.nn.conv2d if call.op.name == "relax.nn.conv2d" else op.nn.conv1d
+                acc = emit(conv(xq, relax.const(wq), strides=a.strides, padding=a.padding,
+                                dilation=a.dilation, groups=a.groups, out_dtype="int32"))
             else:
                 acc = emit(op.matmul(xq, relax.const(wq), out_dtype="int32"))
             deq = emit(op.astype(acc, "float32"))
@@ -161,7 +166,7 @@ def _rewriter_class() -> Any:
             if plan.zero_point:
                 # sum_k (q_k - zp) * Wq_k = acc - zp * sum_k Wq_k: a per-output-channel constant, folded
                 # into the dequantize of the epilogue (only ops without padding get a zero point)
-                wsum = wq.astype(np.int64).sum(axis=(1, 2, 3) if is_conv else 0)
+                wsum = wq.astype(np.int64).sum(axis=tuple(range(1, wq.ndim)) if is_conv else 0)
                 offset -= np.float32(plan.x_scale) * ws * (plan.zero_point * wsum).astype(np.float32)
             if not offset.any():
                 return op.multiply(deq, scale)

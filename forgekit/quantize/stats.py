@@ -35,10 +35,10 @@ class TensorStats:
     hist_range: float = 0.0
     hist: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.float64))
     #: signed (min, max) per channel of the last axis (matmul inputs: the K channels SmoothQuant balances)
-    #: / of axis 1 of 4-D tensors (conv inputs in NCHW): the range of a smoothed tensor ``x / s``
+    #: / of axis 1 of 3-D and 4-D tensors (conv inputs: NCW, NCHW): the range of a smoothed tensor ``x / s``
     channel_range: tuple[np.ndarray, np.ndarray] | None = None
     axis1_range: tuple[np.ndarray, np.ndarray] | None = None
-    #: mean per channel of the last axis / of axis 1 of 4-D tensors: the expected value of the output
+    #: mean per channel of the last axis / of axis 1 of 3-D and 4-D tensors: the expected value of the output
     #: error that weight rounding causes, ``(Wq - W) @ mean(x)``, which bias correction removes
     channel_mean: np.ndarray | None = None
     axis1_mean: np.ndarray | None = None
@@ -52,9 +52,10 @@ class TensorStats:
         self.min, self.max = min(self.min, lo), max(self.max, hi)
         absmax = max(abs(lo), abs(hi))
         self.absmax_sum += absmax
-        if x.ndim == 4:
-            self.axis1_range = _merge(self.axis1_range, x.min(axis=(0, 2, 3)), x.max(axis=(0, 2, 3)))
-            self.axis1_mean = self._average(self.axis1_mean, x.mean(axis=(0, 2, 3), dtype=np.float64))
+        if x.ndim in (3, 4):  # the inputs of quantizable convs: conv1d's NCW as well as conv2d's NCHW
+            others = (0, *range(2, x.ndim))
+            self.axis1_range = _merge(self.axis1_range, x.min(axis=others), x.max(axis=others))
+            self.axis1_mean = self._average(self.axis1_mean, x.mean(axis=others, dtype=np.float64))
         if x.ndim >= 2:
             flat = x.reshape(-1, x.shape[-1])
             self.channel_range = _merge(self.channel_range, flat.min(axis=0), flat.max(axis=0))
@@ -86,7 +87,7 @@ class TensorStats:
 
     @property
     def axis1_absmax(self) -> np.ndarray | None:
-        """max |x| per channel of axis 1 (4-D tensors)."""
+        """max |x| per channel of axis 1 (3-D and 4-D tensors)."""
         return None if self.axis1_range is None else np.maximum(-self.axis1_range[0], self.axis1_range[1])
 
     @property

@@ -258,8 +258,7 @@ def test_bf16_builds_run_1d_convolutions_on_bf16_kernels() -> None:
                     reason="the int8 conv kernels this checks are the VNNI ones")
 def test_integer_1d_convolutions_run_on_int8_kernels() -> None:
     """A ConvInteger on a 1-D uint8 input (constant zero point: the importer's integer conv1d) is the VNNI
-    kernel's integer conv2d, exact.  (A QDQ 1-D Conv does not import: forgekit/importer/qdq.py shapes the
-    dequantize scale and the bias for 2-D convs.)"""
+    kernel's integer conv2d, exact.  (QDQ 1-D Convs, and forgekit's own int8 conv1d: test_int8_conv1d.py.)"""
     rng = np.random.default_rng(3)
     inits = [numpy_helper.from_array(rng.integers(-127, 128, (64, 32, 3)).astype(np.int8), "w"),
              numpy_helper.from_array(np.array(128, np.uint8), "zp")]
