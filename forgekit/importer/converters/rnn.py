@@ -129,10 +129,10 @@ class _RNNBase(OnnxOpConverter):
 
     @classmethod
     def _convert(cls, bb, inputs, attr, quant=None):
-        """``quant``: onnxruntime's DynamicQuantizeLSTM (``(X - zp, X scale, W - zp, W scales, R - zp, R
-        scales)``: the uint8 ``X`` and the weights as integers in float32, the weights in ONNX's ``[D, G*H,
-        K]`` layout, their scales ``[D, G*H]``); the loop kernel quantizes each step's ``h`` as onnxruntime
-        does (:class:`.quant.DynamicQuantizeLSTM`)."""
+        """``quant``: onnxruntime's DynamicQuantizeLSTM (``(X @ W per direction, R - zp, R scales)``: the input
+        projections already computed as onnxruntime does, without biases, in X's layout; the recurrent weights
+        as integers in float32 in ONNX's ``[D, G*H, H]`` layout, their scales ``[D, G*H]``); the loop kernel
+        quantizes each step's ``h`` as onnxruntime does (:class:`.quant.DynamicQuantizeLSTM`)."""
         op = relax.op
         inputs = list(inputs) + [None] * (8 - len(inputs))
         X, W, R, B, seq_lens, init_h = inputs[:6]
@@ -167,20 +167,18 @@ class _RNNBase(OnnxOpConverter):
                 mask_lens = seq_lens
 
         quant = quant if looped else None
-        if quant is not None:  # X as uint8 integers less the zero point
-            X = bb.emit(op.permute_dims(quant[0], [1, 0, 2])) if layout == 1 else quant[0]
-            x_scale, quant = quant[1], quant[2:]
+        if quant is not None:  # the projections in [T, batch, G*H]
+            quant = ([bb.emit(op.permute_dims(x, [1, 0, 2])) for x in quant[0]] if layout == 1 else quant[0],
+                     *quant[1:])
         zeros_bh = bb.emit(op.zeros(relax.ShapeExpr([batch, Hs]), dtype))
         ys, yhs, ycs = [], [], []
         layer: list = []  # looped: (reverse, xw, weights, h0, c0) per direction, for one kernel
         for d in range(num_dir):
             reverse = direction == "reverse" or d == 1
             f_acts = acts[d * nact : (d + 1) * nact]
-            Wd = _take(bb, W if quant is None else quant[0], d)  # [G*H, I]
-            Rd = _take(bb, R if quant is None else quant[2], d)  # [G*H, H]
-            xw = op.matmul(X, op.permute_dims(Wd))  # [T, batch, G*H]
-            if quant is not None:  # the integer product times scale_x * scale_w per column
-                xw = op.multiply(xw, op.multiply(x_scale, _take(bb, quant[1], d)))
+            Wd = _take(bb, W, d)  # [G*H, I]
+            Rd = _take(bb, R if quant is None else quant[1], d)  # [G*H, H]
+            xw = op.matmul(X, op.permute_dims(Wd)) if quant is None else quant[0][d]  # [T, batch, G*H]
             rb_h = None
             if B is not None:
                 Bd = _take(bb, B, d)  # [2*G*H]
@@ -211,7 +209,7 @@ class _RNNBase(OnnxOpConverter):
                 elif cls.KIND == "gru":
                     weights = [R_t, rb_h if rb_h is not None else bb.emit(op.zeros(relax.ShapeExpr([Hs]), dtype))]
                 else:
-                    weights = [R_t] + ([_take(bb, quant[3], d)] if quant is not None else [])
+                    weights = [R_t] + ([_take(bb, quant[2], d)] if quant is not None else [])
                 layer.append((reverse, xw, weights, H, C))
                 continue
 
