@@ -10,7 +10,7 @@ target (each level of a portable target)::
     phase 2  Relax prefix              canonical forms, numpy folding, 1-D and transposed convs as 2-D convs, NHWC
     phase 3  bf16 activations          bf16 tensors between bf16 convolutions (Precision.BF16 only)
     phase 4  legalize                  packed, int8 and bf16 conv2d/matmul kernels, polynomial exp/erf/tanh
-    phase 5  fuse                      FuseOps, FuseTIR: what the rules and the tuner see
+    phase 5  fuse                      run-time epilogue vectors kept apart, FuseOps, FuseTIR: what the rules see
     phase 6  schedule                  forgekit's rules (or the best tuning record) on every fused kernel
     phase 7  lift weights              large constants into the library's read-only data (artifact builds)
     phase 8  lower                     TVM's CPU dataflow lowering and finalization
@@ -106,6 +106,8 @@ def _fusion_phases(build: CpuLowering, target: Any) -> list[Any]:
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+    from .epilogue_operands import keep_epilogue_operands_apart
+
     T = relax.transform
     rounded = []
     if build.precision is Precision.BF16 and build.use_nhwc and build.pack_weights:  # see bf16_activations.py
@@ -117,7 +119,7 @@ def _fusion_phases(build: CpuLowering, target: Any) -> list[Any]:
         preprocess(build.use_nhwc),                                                    # phase 2
         *rounded,                                                                      # phase 3
         T.LegalizeOps(legalize_map(target, build)), T.AnnotateTIROpPattern(), T.FoldConstant(),  # phase 4
-        T.FuseOps(), T.FuseTIR(),                                                      # phase 5
+        keep_epilogue_operands_apart(), T.FuseOps(), T.FuseTIR(),                      # phase 5
     ]
 
 

@@ -132,7 +132,7 @@ class _RNNBase(OnnxOpConverter):
         """``quant``: onnxruntime's DynamicQuantizeLSTM (``(X @ W per direction, R - zp, R scales)``: the input
         projections already computed as onnxruntime does, without biases, in X's layout; the recurrent weights
         as integers in float32 in ONNX's ``[D, G*H, H]`` layout, their scales ``[D, G*H]``); the loop kernel
-        quantizes each step's ``h`` as onnxruntime does (:class:`.quant.DynamicQuantizeLSTM`)."""
+        quantizes each step's ``h`` as onnxruntime does (:class:`.quant_lstm.DynamicQuantizeLSTM`)."""
         op = relax.op
         inputs = list(inputs) + [None] * (8 - len(inputs))
         X, W, R, B, seq_lens, init_h = inputs[:6]
