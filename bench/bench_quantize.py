@@ -93,7 +93,20 @@ def run(models: list[str], args: argparse.Namespace) -> list[dict]:
         ir = forge.from_onnx(str(path))
         shape = [d if isinstance(d, int) else 1 for d in ir.input_shapes[0]]
         rng = np.random.default_rng(0)
-        calib = args.calib_data or [rng.standard_normal(shape).astype(np.float32) for _ in range(args.calib)]
+        if len(ir.input_names) == 1 and ir.input_dtypes[0] == "float32":
+            def sample() -> list[np.ndarray]:
+                return [rng.standard_normal(shape).astype(np.float32)]
+        else:  # token ids inside the vocabulary, attention masks, ... (a BERT-style encoder)
+            import onnx
+
+            from forgekit.testing.zoo import example_feeds
+
+            proto, seeds = onnx.load(str(path)), iter(range(1_000_000))
+
+            def sample() -> list[np.ndarray]:
+                feeds = example_feeds(proto, seed=next(seeds))
+                return [feeds[n] for n in ir.input_names]
+        calib = args.calib_data or [sample() for _ in range(args.calib)]
         fp32 = ir.compile(target=target, output_path=out / "artifacts" / f"{stem}.fp32", opt_level=args.opt_level,
                           force_overwrite=True)
         start = time.perf_counter()
@@ -105,10 +118,10 @@ def run(models: list[str], args: argparse.Namespace) -> list[dict]:
         b32 = benchmark_artifact(fp32.path, path, runs=args.runs, threads=args.threads, memory=False)
         b8 = benchmark_artifact(int8.path, path, runs=args.runs, threads=args.threads, memory=False)
         e32, e8 = Engine(fp32.path), Engine(int8.path)
-        held = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
+        held = [sample() for _ in range(4)]
         cos, top1 = [], []
         for x in held:
-            a, b = e32.infer(x)[-1], e8.infer(x)[-1]  # the logits when the model ends in a softmax
+            a, b = e32.infer(*x)[-1], e8.infer(*x)[-1]  # the logits when the model ends in a softmax
             cos.append(_cos(a, b))
             if a.ndim == 2:
                 top1.append(float(np.mean(a.argmax(-1) == b.argmax(-1))))
@@ -123,10 +136,10 @@ def run(models: list[str], args: argparse.Namespace) -> list[dict]:
                "top1_agreement": float(np.mean(top1)) if top1 else None, "quantize_compile_s": round(quant_s, 1),
                "quantization": {k: v for k, v in ir.quantization.items() if k != "layers"}}
         if args.ort_int8:
-            qpath = _ort_int8(path, calib[:8], ir.input_names[0], out / "artifacts", args.per_channel)
+            qpath = _ort_int8(path, [c[0] for c in calib[:8]], ir.input_names[0], out / "artifacts", args.per_channel)
             if qpath is not None:
                 try:
-                    rec["onnxruntime_int8_ms"] = _ort_time(qpath, held[0], ir.input_names[0], args.threads, args.runs)
+                    rec["onnxruntime_int8_ms"] = _ort_time(qpath, held[0][0], ir.input_names[0], args.threads, args.runs)
                 except Exception as exc:  # noqa: BLE001 - e.g. quantize_static wrote an invalid opset-9 model
                     print(f"  onnxruntime int8 model does not load: {str(exc).splitlines()[0][:160]}")
         records.append(rec)
