@@ -84,7 +84,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 return judged
             if min_cosine is None:
                 if "floor" not in allowances:
-                    allowances["floor"] = reference.noise_floor(job["onnx"], feeds, expected)
+                    allowances["floor"] = reference.fp32_noise(job["onnx"], feeds, expected)
                 return compare_outputs(outputs, expected, job["rtol"], job["atol"], None, allowances["floor"])
             if "cosine" not in allowances:
                 allowances["cosine"] = reference.cosine_noise(job["onnx"], feeds, expected)

@@ -178,6 +178,15 @@ def perturbation_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any],
     return worst
 
 
+def fp32_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray]) -> list[float]:
+    """Per output, what a correct fp32 evaluation may differ by: :func:`noise_floor`, and for a model that
+    quantizes at run time also :func:`perturbation_noise` (``verify`` and ``bench`` judge by it)."""
+    noise = noise_floor(onnx_model, fed, expected)
+    if quantizes_at_run_time(onnx_model):  # rounding flips at quantization boundaries
+        noise = [max(a, b) for a, b in zip(noise, perturbation_noise(onnx_model, fed, expected))]
+    return noise
+
+
 def _against_plain(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray],
                    measure: Callable[[np.ndarray, np.ndarray], float]) -> list[float]:
     """``measure(plain, reference)`` per float output of the same shape (0 for the others), ``plain`` from

@@ -128,9 +128,7 @@ def verify_artifact(artifact: str | os.PathLike[str], onnx_model: str | os.PathL
     result.outputs = [compare(n, a, e, rtol, atol, result.min_cosine) for n, a, e in zip(outs, run.outputs, expected)]
     if not result.ok:  # an ill-conditioned output, or a wrong one?
         if result.min_cosine is None:
-            noise = reference.noise_floor(onnx_model, fed, expected)
-            if reference.quantizes_at_run_time(onnx_model):  # rounding flips at quantization boundaries
-                noise = [max(a, b) for a, b in zip(noise, reference.perturbation_noise(onnx_model, fed, expected))]
+            noise = reference.fp32_noise(onnx_model, fed, expected)
             result.outputs = [compare(n, a, e, rtol, atol, None, f)
                               for n, a, e, f in zip(outs, run.outputs, expected, noise)]
         else:
