@@ -58,7 +58,11 @@ class DynamicQuantizeLSTM(OnnxOpConverter):
             acc = MatMulInteger._impl_v10(bb, [xq, w_d, xzp, zp_d], {}, {})
             scale_d = op.multiply(xs, op.squeeze(op.strided_slice(ws, [0], [d], [d + 1]), [0]))
             xws.append(bb.emit(op.multiply(op.astype(acc, "float32"), scale_d)))
-        return LSTM._convert(bb, [X, Wf, Rf, B, seq_lens, h0, c0, P], attr, quant=(xws, ri, rs))
+        # R - zp fits int8 for int8 weights without a zero point, else int16 (uint8 less 0..255)
+        rzv = const_value(r_zp) if r_zp is not None else np.zeros((), np.int8)
+        narrow = str(R.ty.dtype) == "int8" and rzv is not None and not np.any(rzv)
+        return LSTM._convert(bb, [X, Wf, Rf, B, seq_lens, h0, c0, P], attr,
+                             quant=(xws, ri, rs, "int8" if narrow else "int16"))
 
 
 def _direction(bb, x, d: int):

@@ -105,7 +105,7 @@ def _quantize_state(h: int) -> list[str]:
             f"{body}hq[d, b, {j}] = T.max(T.min(T.round({e} / qs[d, 2]) + qs[d, 3], {f255}), {f0}) - qs[d, 3]"]
 
 
-def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: bool = False) -> str:
+def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: str | None = None) -> str:
     """TVMScript of one layer's loop over its directions (``dirs``: reversed or not, per direction):
     arguments ``xw [D, T, B, G*H]`` (input projections with the input biases), the recurrent weights
     transposed (GRU without linear_before_reset: ``R_zr^T [D, H, 2H]`` and ``R_h^T [D, H, H]``; else
@@ -117,10 +117,12 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: bo
     more than a core's L2).  Measured on a CRNN's BiLSTM (H=512, 40 steps, 2 threads, Zen 4): the two
     directions took 3.5 ms each one after the other, 5.0 ms together in parallel.
 
-    ``quant`` (LSTM only): onnxruntime's DynamicQuantizeLSTM.  ``rt`` holds the integer recurrent weights
-    less their zero points (exact in float32) and ``rs [D, G*H]`` their scales; every step quantizes the
-    previous ``h`` of all the batch to uint8 with its own range, as onnxruntime's quantized GEMM does
-    (:func:`_quantize_state`), so the products are the same integers and ``g = acc * (scale_h * rs)``."""
+    ``quant`` (LSTM only): onnxruntime's DynamicQuantizeLSTM, ``rt``'s dtype.  ``rt`` holds the integer
+    recurrent weights less their zero points (``"int8"``, or ``"int16"`` when a zero point takes them out of
+    int8's range: a quarter or half of float32's bytes, which the step streams from cache every time) and
+    ``rs [D, G*H]`` their scales; every step quantizes the previous ``h`` of all the batch to uint8 with its own
+    range, as onnxruntime's quantized GEMM does (:func:`_quantize_state`), so the products are the same
+    integers, exact in float32, and ``g = acc * (scale_h * rs)``."""
     h, gh, nd = hidden, hidden * {"lstm": 4, "gru": 3, "rnn": 1}[kind], len(dirs)
     if all(dirs):
         t_of = "n_t - T.int64(1) - s"
@@ -132,14 +134,14 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: bo
     lstm, split_r = kind == "lstm", kind == "gru" and not lbr
     bufs = [("xw", f"({nd}, n_t, n_b, {gh})")]
     bufs += ([("rt", f"({nd}, {h}, {2 * h})"), ("rh", f"({nd}, {h}, {h})")] if split_r
-             else [("rt", f"({nd}, {h}, {gh})")])
+             else [("rt", f"({nd}, {h}, {gh})", quant or "float32")])
     bufs += [("rs", f"({nd}, {gh})")] if quant else []
     bufs += [("bh", f"({nd}, {h})")] if kind == "gru" and lbr else []
     bufs += [("h0", f"({nd}, n_b, {h})")] + ([("c0", f"({nd}, n_b, {h})")] if lstm else [])
     bufs += [("y", f"(n_t, {nd}, n_b, {h})"), ("hn", f"({nd}, n_b, {h})")]
     bufs += [("cn", f"({nd}, n_b, {h})")] if lstm else []
     lines = ["    n_t = T.int64()", "    n_b = T.int64()"]
-    lines += [f"    {n} = T.match_buffer(var_{n}, {shape}, \"float32\")" for n, shape in bufs]
+    lines += [f"    {b[0]} = T.match_buffer(var_{b[0]}, {b[1]}, \"{b[2] if len(b) > 2 else 'float32'}\")" for b in bufs]
     # scratch per direction: each thread writes only its own row
     lines += [f"    g = T.alloc_buffer(({nd}, {2 * h if split_r else gh}), \"float32\")",
               f"    cc = T.alloc_buffer(({nd}, {h}), \"float32\")"]
@@ -155,7 +157,8 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: bo
     lines += ["        for s in range(n_t):", f"            t = {t_of}"]
     lines += _quantize_state(h) if quant else []
     lines += ["            for b in range(n_b):"]
-    lines += _matvec("g[d, {j}]", f"{'hq' if quant else 'hn'}[d, b, {{k}}]", "rt[d, {k}, {j}]", h,
+    lines += _matvec("g[d, {j}]", f"{'hq' if quant else 'hn'}[d, b, {{k}}]",
+                     "T.Cast(\"float32\", rt[d, {k}, {j}])" if quant else "rt[d, {k}, {j}]", h,
                      2 * h if split_r else gh, ind)
     head, j, body = _loop(h, ind)
 
@@ -187,24 +190,24 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: bo
                  f"hn[d, b, {j}] = (T.float32(1) - {gg(0)}) * cc[d, {j}] + {gg(0)} * hn[d, b, {j}]"]
     stmts.append(f"y[t, d, b, {j}] = hn[d, b, {j}]")
     lines += [head] + [body + x for x in stmts]
-    params = ", ".join(f"var_{n}: T.handle" for n, _ in bufs)
+    params = ", ".join(f"var_{b[0]}: T.handle" for b in bufs)
     return ("@T.prim_func(private=True)\n"
             f"def recurrence({params}):\n"
             "    T.func_attr({\"tirx.noalias\": True})\n" + "\n".join(lines) + "\n")
 
 
-def loop_kernel(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: bool = False) -> Any:
+def loop_kernel(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: str | None = None) -> Any:
     """The PrimFunc, marked scheduled and opaque (see the module docstring)."""
     func = tvm.script.from_source(_source(kind, hidden, dirs, lbr, quant))
     return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": 8})  # 8: kOpaque, never fused
 
 
 def emit_layer(bb: Any, kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, xw: Any,
-               weights: list[Any], h0: Any, c0: Any | None, quant: bool = False) -> tuple[Any, Any, Any | None]:
+               weights: list[Any], h0: Any, c0: Any | None, quant: str | None = None) -> tuple[Any, Any, Any | None]:
     """(Y [T, D, batch, H], Y_h, Y_c [D, batch, H]) of one layer's directions, as ONNX lays them out;
     every argument stacked over the directions as :func:`_source` takes them."""
     name = (f"forgekit_{kind}_loop_h{hidden}_" + "".join("r" if r else "f" for r in dirs)
-            + ("_lbr" if lbr else "") + ("_q" if quant else ""))
+            + ("_lbr" if lbr else "") + (f"_q{quant[3:]}" if quant else ""))
     existing = [gv for gv in bb.get().get_global_vars() if gv.name_hint == name]
     gv = existing[0] if existing else bb.add_func(loop_kernel(kind, hidden, dirs, lbr, quant), name)
     nd, t, batch = len(dirs), xw.ty.shape.values[1], xw.ty.shape.values[2]

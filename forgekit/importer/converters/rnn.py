@@ -129,10 +129,11 @@ class _RNNBase(OnnxOpConverter):
 
     @classmethod
     def _convert(cls, bb, inputs, attr, quant=None):
-        """``quant``: onnxruntime's DynamicQuantizeLSTM (``(X @ W per direction, R - zp, R scales)``: the input
-        projections already computed as onnxruntime does, without biases, in X's layout; the recurrent weights
-        as integers in float32 in ONNX's ``[D, G*H, H]`` layout, their scales ``[D, G*H]``); the loop kernel
-        quantizes each step's ``h`` as onnxruntime does (:class:`.quant_lstm.DynamicQuantizeLSTM`)."""
+        """``quant``: onnxruntime's DynamicQuantizeLSTM (``(X @ W per direction, R - zp, R scales, dtype)``: the
+        input projections already computed as onnxruntime does, without biases, in X's layout; the recurrent
+        weights as integers in float32 in ONNX's ``[D, G*H, H]`` layout, their scales ``[D, G*H]``, and the
+        integer dtype that holds them); the loop kernel quantizes each step's ``h`` as onnxruntime does
+        (:class:`.quant_lstm.DynamicQuantizeLSTM`)."""
         op = relax.op
         inputs = list(inputs) + [None] * (8 - len(inputs))
         X, W, R, B, seq_lens, init_h = inputs[:6]
@@ -196,6 +197,8 @@ class _RNNBase(OnnxOpConverter):
                 R_h_t = bb.emit(op.permute_dims(R_h))
             else:
                 R_t = bb.emit(op.permute_dims(Rd))
+                if quant is not None:  # the integers in the narrowest type that holds them (recurrence.py)
+                    R_t = bb.emit(op.astype(R_t, quant[3]))
             if P is not None and cls.KIND == "lstm":
                 p_i, p_o, p_f = _split(bb, _take(bb, P, d), 3, axis=0)
             H = _take(bb, init_h, d) if init_h is not None else zeros_bh
@@ -283,7 +286,7 @@ class _RNNBase(OnnxOpConverter):
             Y, Y_h, Y_c = recurrence.emit_layer(
                 bb, cls.KIND, Hs, revs, bool(lbr), bb.emit(_stack(xws, axis=0)),
                 [bb.emit(_stack(w, axis=0)) for w in zip(*weights)], bb.emit(_stack(hs, axis=0)),
-                bb.emit(_stack(cs, axis=0)) if cls.KIND == "lstm" else None, quant=quant is not None)
+                bb.emit(_stack(cs, axis=0)) if cls.KIND == "lstm" else None, quant=quant and quant[3])
         else:
             Y = bb.emit(_stack(ys, axis=1))  # [T, D, batch, H]
             Y_h = bb.emit(_stack(yhs, axis=0))  # [D, batch, H]
