@@ -68,3 +68,15 @@ def test_dynamic_quantized_convolutions_keep_their_conv_schedule(tmp_path: Path)
         x = np.random.default_rng(seed).random((1, 3, 24, 40)).astype(np.float32)
         got, expected = engine.infer(x)[0], ort_run(path, {"x": x})[0]
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_the_run_time_ranges_reduce_rows_first(tmp_path: Path) -> None:
+    """DynamicQuantizeLinear's min/max over a whole activation: a row reduction first (the pool rule:
+    vectorized, threaded), then a short one; straight to a scalar they took the fallback schedule (one thread,
+    scalar: 1.5 ms of the quantized CRNN's 8)."""
+    path = _dynamic_quantized_cnn(tmp_path)
+    result = forgekit.from_onnx(str(path)).compile(target="host", output_path=tmp_path / "a", opt_level=3,
+                                                   export_metadata=True)
+    rules = json.loads((result.path / "compile_report.json").read_text())["schedule_rules"]
+    ranges = [r for k, r in rules.items() if k.rstrip("0123456789") in ("max", "min")]
+    assert ranges.count("pool") == 6, rules  # 3 layers x (min, max) over rows; before: 6 x fallback only

@@ -189,6 +189,16 @@ class MatMulInteger(OnnxOpConverter):
         return _fe.MatMulInteger._impl_v10(bb, [a, b, a_zp, b_zp], attr, params)
 
 
+def _reduce_all(reduce, x):
+    """``reduce`` over every axis, the last one first: a row reduction the CPU rules vectorize and spread over
+    the threads, then a short one.  A reduction straight to a scalar took the fallback schedule (one thread,
+    scalar): 1.5 ms of an 8 ms int8 CRNN in its DynamicQuantizeLinear ranges.  Min and max are exact in any
+    order."""
+    if ndim_of(x) >= 2:
+        x = reduce(x, axis=[-1])
+    return reduce(x)
+
+
 class DynamicQuantizeLinear(OnnxOpConverter):
     """uint8 quantization with the range of the tensor itself, as onnxruntime computes it
     (``GetQuantizationParameter`` + ``MlasQuantizeLinear``)::
@@ -207,8 +217,8 @@ class DynamicQuantizeLinear(OnnxOpConverter):
         op = relax.op
         x = inputs[0]
         zero, q = relax.const(0.0, "float32"), relax.const(255.0, "float32")
-        hi = bb.normalize(op.maximum(zero, op.max(x)))
-        lo = bb.normalize(op.minimum(zero, op.min(x)))
+        hi = bb.normalize(op.maximum(zero, _reduce_all(op.max, x)))
+        lo = bb.normalize(op.minimum(zero, _reduce_all(op.min, x)))
         scale = bb.normalize(op.where(op.equal(hi, lo), relax.const(1.0, "float32"),
                                       op.divide(op.subtract(hi, lo), q)))
         zp = bb.normalize(op.astype(op.round(op.clip(op.subtract(zero, op.divide(lo, scale)), 0, 255)), "uint8"))
