@@ -11,6 +11,7 @@ from tvm import relax
 
 from ._common import OnnxOpConverter, const_value, ndim_of
 from .quant import DynamicQuantizeLinear, MatMulInteger, _pad
+from .rnn import LSTM, _take
 
 
 class DynamicQuantizeLSTM(OnnxOpConverter):
@@ -25,8 +26,6 @@ class DynamicQuantizeLSTM(OnnxOpConverter):
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
-        from .rnn import LSTM
-
         op = relax.op
         ins = _pad(inputs, 12)
         X, W, R, B, seq_lens, h0, c0, P, w_s, w_zp, r_s, r_zp = ins[:12]
@@ -54,7 +53,7 @@ class DynamicQuantizeLSTM(OnnxOpConverter):
         xq = bb.emit(relax.TupleGetItem(xq, 0))
         xws = []
         for d in range(int(W.ty.shape.values[0])):
-            w_d, zp_d = _direction(bb, W, d), _direction(bb, w_zp, d) if w_zp is not None else None
+            w_d, zp_d = _take(bb, W, d), _take(bb, w_zp, d) if w_zp is not None else None
             acc = MatMulInteger._impl_v10(bb, [xq, w_d, xzp, zp_d], {}, {})
             scale_d = op.multiply(xs, op.squeeze(op.strided_slice(ws, [0], [d], [d + 1]), [0]))
             xws.append(bb.emit(op.multiply(op.astype(acc, "float32"), scale_d)))
@@ -63,14 +62,6 @@ class DynamicQuantizeLSTM(OnnxOpConverter):
         narrow = str(R.ty.dtype) == "int8" and rzv is not None and not np.any(rzv)
         return LSTM._convert(bb, [X, Wf, Rf, B, seq_lens, h0, c0, P], attr,
                              quant=(xws, ri, rs, "int8" if narrow else "int16"))
-
-
-def _direction(bb, x, d: int):
-    """``x[d]``, a constant when ``x`` is one (what the int8 matmul kernels need)."""
-    value = const_value(x)
-    if value is not None:
-        return relax.const(np.ascontiguousarray(value[d]), str(value.dtype))
-    return bb.emit(relax.op.squeeze(relax.op.strided_slice(x, [0], [d], [d + 1]), [0]))
 
 
 CONVERTERS = {"DynamicQuantizeLSTM": DynamicQuantizeLSTM}
