@@ -62,3 +62,21 @@ def test_matches_onnxruntime(act: str, level: int) -> None:
     for frames in (9, 20):
         x = np.random.default_rng(frames).standard_normal((1, 3, frames, 16)).astype(np.float32)
         assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
+
+
+def test_a_1d_transposed_conv_after_1d_convs_stays_ncw() -> None:
+    """1-D convs run as NHWC conv2d (passes/conv1d.py); a ConvTranspose 1-D after them was inferred NWC, which
+    TVM 0.27 cannot legalize ("CodeGenVM cannot emit this Relax operator directly", fuzz seed 1120)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 7, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal((8, 4, 3)) * 0.3).astype(np.float32), "wt")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1], kernel_shape=[3]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "wt"], ["y"], strides=[2], kernel_shape=[3])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 7, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    run = forgekit.from_onnx(model).get_inference_function("host", opt_level=3)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 7, 12)).astype(np.float32)
+        assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
