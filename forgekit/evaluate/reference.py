@@ -109,8 +109,7 @@ def noise_floor(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expecte
     probability map (max 2.1e-5), where onnxruntime disagrees with itself by 1.5e-7 (0.7 %); forgekit and
     OpenVINO f32 differ from it by the same 1.4e-7, which a tolerance relative to the output's largest
     magnitude (2e-9) calls wrong."""
-    return _against_plain(onnx_model, fed, expected, lambda a, b: float(
-        np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0)))
+    return _against_plain(onnx_model, fed, expected, _max_abs_difference)
 
 
 def cosine_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray]) -> list[float]:
@@ -159,8 +158,6 @@ def perturbation_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any],
     outputs up to 16) with the same decoded text, onnxruntime against itself with its inputs nudged so
     0.15-0.33; one nudge alone gave 0 on 6 of the 10 (no value near a boundary moved).  Moving the inputs,
     not the arithmetic, keeps the measure onnxruntime's own."""
-    from .compare import mask_of
-
     sess, worst = session(onnx_model), [0.0] * len(expected)
     for ulps in (1, -1, 4, -4, 16, -16):
         nudged = dict(fed)
@@ -169,12 +166,8 @@ def perturbation_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any],
                 for _ in range(abs(ulps)):
                     v = np.nextafter(v, v.dtype.type(np.inf if ulps > 0 else -np.inf))
                 nudged[k] = v
-        for i, (a, b) in enumerate(zip(run(sess, nudged), expected)):
-            a, b = np.asarray(a), np.asarray(b)
-            if b.dtype.kind == "f" and a.shape == b.shape:
-                keep = ~mask_of(b.astype(np.float64))
-                diff = np.abs(a[keep].astype(np.float64) - b[keep].astype(np.float64)).max(initial=0.0)
-                worst[i] = max(worst[i], float(diff))
+        moved = _per_output(run(sess, nudged), expected, _max_abs_difference)
+        worst = [max(w, m) for w, m in zip(worst, moved)]
     return worst
 
 
@@ -191,15 +184,25 @@ def _against_plain(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expe
                    measure: Callable[[np.ndarray, np.ndarray], float]) -> list[float]:
     """``measure(plain, reference)`` per float output of the same shape (0 for the others), ``plain`` from
     onnxruntime running the graph as written: what :func:`noise_floor` and :func:`cosine_noise` compare."""
+    return _per_output(run(session(onnx_model, optimized=False), fed), expected, measure)
+
+
+def _per_output(outputs: Sequence[Any], expected: Sequence[np.ndarray],
+                measure: Callable[[np.ndarray, np.ndarray], float]) -> list[float]:
+    """``measure(output, reference)`` over the numbers of each float output of the reference's shape (0 for the
+    others): mask values are judged apart by compare (-inf - -inf is nan)."""
     from .compare import mask_of
 
-    plain = run(session(onnx_model, optimized=False), fed)
     out = []
-    for a, b in zip(plain, expected):
+    for a, b in zip(outputs, expected):
         a, b = np.asarray(a), np.asarray(b)
         if b.dtype.kind != "f" or a.shape != b.shape:
             out.append(0.0)
             continue
-        keep = ~mask_of(b.astype(np.float64))  # the numbers: compare judges mask values apart (-inf - -inf is nan)
+        keep = ~mask_of(b.astype(np.float64))
         out.append(measure(a[keep], b[keep]))
     return out
+
+
+def _max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
