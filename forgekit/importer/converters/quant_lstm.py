@@ -18,8 +18,8 @@ class DynamicQuantizeLSTM(OnnxOpConverter):
     """com.microsoft DynamicQuantizeLSTM as onnxruntime computes it: ``X`` is quantized to uint8 with its own
     range (:class:`DynamicQuantizeLinear`) and multiplied by the integer input weights (:class:`MatMulInteger`:
     forgekit's int8 kernels for int8 weights), and every step quantizes the previous ``h`` the same way
-    before its integer product with the recurrent weights (``recurrence._quantize_state``, the integers carried
-    in float32, exact below 2^24).  Each product is scaled by ``scale_x * scale_w`` per column, as MLAS's
+    before its integer product with the recurrent weights (``recurrence._quantize_state``; the weights stream as
+    int8, or int16 when a zero point needs it, and the integer products sum exactly in float32 below 2^24).  Each product is scaled by ``scale_x * scale_w`` per column, as MLAS's
     output processor does.  Dequantizing the weights and running a float LSTM instead was 0.4 % of the output
     range away from onnxruntime on ddddocr's recognizer (issue 39).  Variants the loop kernel does not compute
     (clip, peepholes, ...) still run that float LSTM on the dequantized weights."""
