@@ -9,6 +9,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.ir.transform import module_pass
 from tvm.target import Target
+from tvm_ffi.serialization import from_json_graph_str, to_json_graph_str
 
 from ... import progress
 from ...targets.isa import isa_info
@@ -77,10 +78,13 @@ class ApplyRules:
         return mod
 
     def _schedule(self, name: str, func: tirx.PrimFunc, isa: Any) -> tirx.PrimFunc | None:
+        # A fresh copy per attempt: schedule primitives may update the function in place, and a rule that
+        # fails half-way must not leave the next rule a half-scheduled function.  Serialized once and read
+        # back by tvm_ffi itself: tvm.ir.load_json first upgrades old-version JSON in Python (json.loads and
+        # dumps of the whole graph), 38 of the 53 s of scheduling PP-OCRv6 det's 324 kernels x 3 levels.
+        text = to_json_graph_str(func)
         for rule in self.rules:
-            # A fresh copy per attempt: schedule primitives may update the function in place, and a rule
-            # that fails half-way must not leave the next rule a half-scheduled function.
-            sch = s_tir.Schedule(tvm.ir.load_json(tvm.ir.save_json(func)))
+            sch = s_tir.Schedule(from_json_graph_str(text))
             try:
                 inline_widening(sch)
                 match = rule.matches(sch, isa)
