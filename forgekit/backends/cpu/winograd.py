@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from tvm import te, tirx, topi
 
-from .tiling import layout_tile
+from .tiling import choose_tiles, layout_tile, round_up
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -84,10 +84,13 @@ def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int) -> bool:
         return False
     if [int(v) for v in attrs.padding] != [1, 1, 1, 1]:
         return False
-    if not all(isinstance(v, int) for v in shape):
-        return False
     n, h, wd, ic = shape
-    return ic == icg and ic >= MIN_CHANNELS and oc % lanes == 0 and h >= 4 and wd >= 4
+    if isinstance(h, int) and isinstance(wd, int):
+        if h < 4 or wd < 4:
+            return False
+    elif not (isinstance(n, int) and n == 1):
+        return False  # a symbolic height or width over several images: see emit's ``pixel``
+    return ic == icg and ic >= MIN_CHANNELS and oc % lanes == 0
 
 
 def _combo(coef: tuple, get: Any) -> Any:
@@ -136,7 +139,7 @@ class Gemm:
 def fp32_gemm(e: int, c: int, k: int, tiles: int, tinfo: IsaInfo) -> Gemm:
     """fp32 multiply-adds on U packed ``[E, K/vt, C, vt]`` (the matmul rule's vector tile ``vt``, as in
     :mod:`.packed_conv`)."""
-    vt = layout_tile(k, tiles, tinfo)
+    vt = layout_tile(k, tiles if isinstance(tiles, int) else None, tinfo)  # symbolic: the rule's own choice
 
     def pack(u: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(u.reshape(e, c, k // vt, vt).transpose(0, 2, 1, 3))
@@ -164,25 +167,39 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     m, alpha = tile.m, tile.alpha
     th, tw = -(-oh // m), -(-ow // m)
     tiles = n * th * tw
-    gemm = (gemm_factory or (lambda *sizes: fp32_gemm(*sizes, tinfo)))(alpha * alpha, c, k, tiles)
+    static = all(isinstance(v, int) for v in (n, h, wd))
+    # symbolic sizes: the GEMM's rows (tiles) rounded up to the matmul rule's register tile, as
+    # :mod:`.dynamic_matmul` does (a bare split of a symbolic row axis is 2.9x slower); the extra tiles read a
+    # clamped image and the output transform never reads them
+    rt = choose_tiles(k, None, tinfo)[1]
+    rows = tiles if static else round_up(tiles, rt)
+    gemm = (gemm_factory or (lambda *sizes: fp32_gemm(*sizes, tinfo)))(alpha * alpha, c, k, rows)
     packed = gemm.pack(transform_weights(w, tile))
 
     # Each transform is separable (B^T d B: rows, then columns), computed in two blocks of alpha (or m)
     # cases each: as one block of alpha^2 cases, F(4x4, 3x3)'s 36 unrolled copies of a 36-case expression
     # took 2.7 s per kernel to simplify and compile.  The rule computes the first block per channel vector.
     def f_input(x: Any) -> Any:
-        xp = topi.nn.pad(x, [0, 1, 1, 0], [0, m * th + 1 - h, m * tw + 1 - wd, 0], name="pad_temp")
+        xp = topi.nn.pad(x, [0, 1, 1, 0], [0, m * th + 1 - h, m * tw + 1 - wd, 0], name="pad_temp") \
+            if static else x  # symbolic: padded by a kernel of its own (see below)
 
         def pixel(t: Any, i: Any, j: Any, ch: Any) -> Any:
-            value = xp[t // (th * tw), m * (t // tw % th) + i, m * (t % tw) + j, ch]
+            if static or isinstance(th, int):  # the extra tiles of a symbolic batch read the last image
+                b = t // (th * tw) if static else tirx.min(t // (th * tw), n - 1)
+                value = xp[b, m * (t // tw % th) + i, m * (t % tw) + j, ch]
+            else:
+                # a symbolic height, one image (:func:`applies`): the tile row is t // tw, no % th (with a
+                # symbolic th, TVM's simplifier took 8.5 s per transform on it, 1.3 s without); the extra tiles
+                # read zero rows the pad kernel adds below the image
+                value = xp[0, m * (t // tw) + i, m * (t % tw) + j, ch]
             return value if load is None else load(value)
 
         # rows[i, b] = sum_j B^T[b, j] d[i, j]
-        rows = te.compute((alpha, alpha, tiles, c), lambda i, b, t, ch: _select(
+        rows_ = te.compute((alpha, alpha, rows, c), lambda i, b, t, ch: _select(
             b, [_combo(tile.bt[b_], lambda j: pixel(t, i, j, ch)) for b_ in range(alpha)]), name=ROWS)
         # V[a * alpha + b] = sum_i B^T[a, i] rows[i, b]
-        return te.compute((alpha * alpha, tiles, c), lambda e, t, ch: gemm.store(_select(
-            e // alpha, [_combo(tile.bt[a], lambda i: rows[i, e % alpha, t, ch]) for a in range(alpha)])),
+        return te.compute((alpha * alpha, rows, c), lambda e, t, ch: gemm.store(_select(
+            e // alpha, [_combo(tile.bt[a], lambda i: rows_[i, e % alpha, t, ch]) for a in range(alpha)])),
             name="winograd_input")
 
     def f_output(mm: Any) -> Any:
@@ -201,6 +218,13 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     # transpose into the input transform, one conv's output transform with the next conv's input transform),
     # which no schedule runs well.  The input transform is opaque: it fuses with nothing.  The output
     # transform is "out-elementwise fusable", like a convolution: its bias, ReLU and residual add fuse after it.
+    if not static:
+        # symbolic sizes: the padded copy is a kernel of its own, not a block of the transform's (TVM cannot
+        # prove that such a block covers what the transform reads at t // tw % th, so compute_at refuses the
+        # scope; a clamped, masked read instead took the TIR simplifier 2 min per conv)
+        extra = 0 if isinstance(th, int) else m * rt  # the rows the extra tiles read
+        data = bb.emit(bb.call_te(topi.nn.pad, data, [0, 1, 1, 0],
+                                  [0, m * th + 1 - h + extra, m * tw + 1 - wd, 0], primfunc_name_hint="winograd_pad"))
     v = bb.emit(bb.call_te(f_input, data, primfunc_name_hint="winograd_input",
                            primfunc_attrs={"op_pattern": _OPAQUE}))
     mm = bb.emit(bb.call_te(gemm.compute, v, relax.const(packed), primfunc_name_hint="winograd_gemm"))
@@ -217,6 +241,7 @@ F4_MAX_WEIGHT_BYTES = 4 << 20
 def choose(out_shape: tuple, in_channels: int) -> Tile:
     """The algorithm for a conv of NHWC output ``out_shape`` over ``in_channels``."""
     _, oh, ow, k = out_shape
-    if min(oh, ow) >= F4_MIN_SIDE and F4.alpha ** 2 * in_channels * k * 4 <= F4_MAX_WEIGHT_BYTES:
+    sides = [v for v in (oh, ow) if isinstance(v, int)]  # a symbolic side (dynamic image) counts as large
+    if min(sides, default=F4_MIN_SIDE) >= F4_MIN_SIDE and F4.alpha ** 2 * in_channels * k * 4 <= F4_MAX_WEIGHT_BYTES:
         return F4
     return F2

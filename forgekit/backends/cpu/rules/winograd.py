@@ -88,7 +88,8 @@ class WinogradRule(ScheduleRule):
         # and 48-channel convs at 14x14/16x16 parallel and 1.2-1.35x slower per conv (min of 30 alternating
         # blocks, 2 threads: 32ch 16x16 13.5 -> 16.8 us, 48ch 14x14 22.8 -> 30.8 us; 64ch, parallel either way,
         # unchanged)
-        work = (ext(sch, t) or 0) * (ext(sch, c) or 0) * 16
+        # a symbolic tile count (dynamic height/width) counts as large: parallel
+        work = (ext(sch, t) or MIN_PARALLEL_ELEMS) * (ext(sch, c) or 0) * 16
         c_o, c_l = sch.split(c, [None, lanes])
         sch.reorder(t, c_o, e, c_l)
         sch.unroll(e)
@@ -113,7 +114,7 @@ class WinogradRule(ScheduleRule):
         sch.vectorize(k_l)
         total = 1
         for lp in (outer, x_o, k_o):
-            total *= ext(sch, lp) or 1
+            total *= ext(sch, lp) or MIN_PARALLEL_ELEMS  # symbolic: large
         if total * m * m * lanes >= MIN_PARALLEL_ELEMS:
             sch.parallel(outer)
         return k_o, y_i
