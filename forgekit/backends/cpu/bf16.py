@@ -175,7 +175,7 @@ def emit_conv(bb: Any, plan: ConvPlan, data: Any, tinfo: IsaInfo, rounded: bool 
         # F(2x2, 3x3) only: with F(4x4, 3x3)'s larger transforms around the rounding of V and U, one 64->64
         # conv at 56x56 kept a cosine of 0.99990 against float64 (F(2x2): 0.9999976, direct: 0.9999993)
         return winograd.emit(bb, data, w, (plan.n, h, wd, ic), (plan.n, oh, ow, oc), tinfo, winograd.F2,
-                             winograd_gemm, load=from_bf16 if rounded else None)
+                             winograd_gemm, load=from_bf16 if rounded else None, dilation=dh, pad=(pt, pl))
     icp, ocp = dot_conv.ceil_to(ic, RED), dot_conv.ceil_to(oc, LANES)
     packed = dot_conv.pack_weights(round_bf16(w), RED, LANES)
 

@@ -113,7 +113,7 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
         lanes = tinfo.vec_lanes
         if not int_exact and winograd.applies(a, w, (n, h, wd, int(ic)), lanes):
             return winograd.emit(bb, data, w, (n, h, wd, int(ic)), (n, oh, ow, oc), tinfo,
-                                 winograd.choose((n, oh, ow, oc), int(ic)))
+                                 winograd.choose((n, oh, ow, oc), int(ic)), dilation=dh, pad=(pt, pl))
         ocp = oc
         if groups == 1 and oc % lanes and oc > lanes:
             # e.g. 1000 classes: compute 1008 channels with zero weights, slice in the epilogue,

@@ -1,4 +1,5 @@
-"""3x3 stride-1 convolutions as Winograd F(m x m, 3 x 3) (Lavin & Gray 2016): per m x m output tile and channel
+"""3x3 stride-1 convolutions (any padding, a dilated height, static or symbolic sizes: :func:`applies`) as
+Winograd F(m x m, 3 x 3) (Lavin & Gray 2016): per m x m output tile and channel
 pair, (m + 2)^2 multiply-adds instead of 9 m^2 (F(2x2): 16 instead of 36; F(4x4): 36 instead of 144), in three
 kernels the rules schedule (alpha = m + 2, E = alpha^2 GEMMs)::
 
@@ -11,8 +12,8 @@ Why: forgekit's direct 3x3 convolutions already ran at 90-95 % of this CPU's fp3
 (2 threads, Zen 4, one process, kernels only): 64->64 at 56x56 2.06 ms direct, 1.17 F(2x2), 0.72 F(4x4);
 256->256 at 14x14 2.02 / 0.98 / 0.81; 512->512 at 7x7 2.03 / 1.44 / 1.37.  ResNet-50 38.3 -> 31.3 ms.
 
-Which one (:func:`choose`): F(4x4) where both output sides are >= 14 and its U (4x the weights) stays under
-4 MiB, F(2x2) elsewhere, and in bf16.  Rounding: F(2x2) transforms by +-1 and 1/2 only and stays at the
+Which one (:func:`choose`): F(4x4) where both output sides are >= 14 (a symbolic side counts as large) and its
+U (4x the weights) stays under 4 MiB, F(2x2) elsewhere, and in bf16.  Rounding: F(2x2) transforms by +-1 and 1/2 only and stays at the
 direct kernel's error (2.5e-7 vs 6e-7 relative, fp32); F(4x4) scales by up to 8 and loses about a decimal
 digit (4e-6), ten times inside onnxruntime comparisons' tolerance.
 
@@ -75,15 +76,13 @@ MIN_CHANNELS = 32
 
 
 def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int) -> bool:
-    """Whether the NHWC/HWIO conv2d with ``attrs``, constant weights ``w`` and static input ``shape``
-    takes the Winograd path: 3x3, stride 1, dilation 1, padding 1, one group, channels in whole vectors."""
+    """Whether the NHWC/HWIO conv2d with ``attrs``, constant weights ``w`` and input ``shape`` takes the Winograd
+    path: 3x3, stride 1, any padding, a dilated height (not width), one group, channels in whole vectors."""
     kh, kw, icg, oc = w.shape
     if (kh, kw) != (3, 3) or int(attrs.groups) != 1:
         return False
-    if [int(v) for v in attrs.strides] != [1, 1] or [int(v) for v in attrs.dilation] != [1, 1]:
-        return False
-    if [int(v) for v in attrs.padding] != [1, 1, 1, 1]:
-        return False
+    if [int(v) for v in attrs.strides] != [1, 1] or int(attrs.dilation[1]) != 1:
+        return False  # a dilated width: a tile's columns d apart made the epilogue's extent non-constant
     n, h, wd, ic = shape
     if isinstance(h, int) and isinstance(wd, int):
         if h < 4 or wd < 4:
@@ -156,16 +155,24 @@ GemmFactory = Callable[[int, int, int, int], Gemm]
 
 
 def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinfo: IsaInfo,
-         tile: Tile = F2, gemm_factory: GemmFactory | None = None, load: Callable[[Any], Any] | None = None) -> Any:
+         tile: Tile = F2, gemm_factory: GemmFactory | None = None, load: Callable[[Any], Any] | None = None,
+         dilation: int = 1, pad: tuple[int, int] = (1, 1)) -> Any:
     """Emit the three kernels for ``conv2d(data, w)`` into ``bb``; returns the output call (NHWC).  The GEMMs are
     ``gemm_factory``'s (default: :func:`fp32_gemm`); ``load`` turns an element of ``data`` into fp32 (bf16 bits
-    kept between layers, :mod:`.bf16_activations`; padding is a zero of ``data``'s type)."""
+    kept between layers, :mod:`.bf16_activations`; padding is a zero of ``data``'s type); ``pad``: the padding
+    above and left of the image (below and right follow from ``out_shape``).
+
+    ``dilation`` ``d`` of the height (an audio model's frames): a tile is ``m`` rows ``d`` apart, whose inputs
+    are ``d`` apart too, so the same transforms apply; the tile rows go in groups of ``d`` (one per phase) over
+    ``d * m`` rows: tile row ``u`` covers rows ``(u // d) * d * m + u % d + d * r``, ``r < m``."""
     from tvm import relax
 
     n, h, wd, c = shape
     _, oh, ow, k = out_shape
     m, alpha = tile.m, tile.alpha
-    th, tw = -(-oh // m), -(-ow // m)
+    dh = dilation
+    # ceilings as (a + b - 1) // b: TVM's analyzer proves little of -(-a // b) (symbolic sizes)
+    th, tw = (oh + m * dh - 1) // (m * dh) * dh, (ow + m - 1) // m
     tiles = n * th * tw
     static = all(isinstance(v, int) for v in (n, h, wd))
     # symbolic sizes: the GEMM's rows (tiles) rounded up to the matmul rule's register tile, as
@@ -179,19 +186,27 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     # Each transform is separable (B^T d B: rows, then columns), computed in two blocks of alpha (or m)
     # cases each: as one block of alpha^2 cases, F(4x4, 3x3)'s 36 unrolled copies of a 36-case expression
     # took 2.7 s per kernel to simplify and compile.  The rule computes the first block per channel vector.
+    # the padded image: rows up to the last tile's patch (a symbolic height: also those the extra tiles read)
+    extra = 0 if static or isinstance(th, int) else (rt + dh) * m
+    pad_after = [0, th * m + 2 * dh - h - pad[0] + extra, tw * m + 2 - wd - pad[1], 0]
+
+    def coordinate(u: Any, i: Any, d: int = 1) -> Any:
+        """Padded coordinate of patch element ``i`` of tile ``u`` along an axis of dilation ``d``."""
+        return m * u + i if d == 1 else (u // d) * (d * m) + u % d + d * i
+
     def f_input(x: Any) -> Any:
-        xp = topi.nn.pad(x, [0, 1, 1, 0], [0, m * th + 1 - h, m * tw + 1 - wd, 0], name="pad_temp") \
+        xp = topi.nn.pad(x, [0, pad[0], pad[1], 0], pad_after, name="pad_temp") \
             if static else x  # symbolic: padded by a kernel of its own (see below)
 
         def pixel(t: Any, i: Any, j: Any, ch: Any) -> Any:
             if static or isinstance(th, int):  # the extra tiles of a symbolic batch read the last image
                 b = t // (th * tw) if static else tirx.min(t // (th * tw), n - 1)
-                value = xp[b, m * (t // tw % th) + i, m * (t % tw) + j, ch]
+                value = xp[b, coordinate(t // tw % th, i, dh), coordinate(t % tw, j), ch]
             else:
                 # a symbolic height, one image (:func:`applies`): the tile row is t // tw, no % th (with a
                 # symbolic th, TVM's simplifier took 8.5 s per transform on it, 1.3 s without); the extra tiles
                 # read zero rows the pad kernel adds below the image
-                value = xp[0, m * (t // tw) + i, m * (t % tw) + j, ch]
+                value = xp[0, coordinate(t // tw, i, dh), coordinate(t % tw, j), ch]
             return value if load is None else load(value)
 
         # rows[i, b] = sum_j B^T[b, j] d[i, j]
@@ -211,8 +226,17 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
             t = b * (th * tw) + y // m * tw + x // m
             # Y[i, j] = sum_a A^T[i, a] cols[a, j]
             return _select(y % m, [_combo(tile.at[i], lambda a: cols[a, x % m, t, kk]) for i in range(m)])
-        # the rule splits the rows and columns by the tile size it reads here
-        return te.compute((n, oh, ow, k), body, name="winograd_output", attrs={TILE_ATTR: m})
+        # the rule splits the rows and columns by the tile size it reads here; a dilated height's rows come
+        # tile by tile (see below)
+        return te.compute((n, oh if dh == 1 else th * m, ow, k), body, name="winograd_output",
+                          attrs={TILE_ATTR: m})
+
+    def f_rows(z: Any) -> Any:
+        """A dilated height's output rows from the transform's, which come tile by tile: row ``u * m + r``
+        of ``z`` is output row ``(u // d) * d * m + u % d + d * r`` (the inverse of ``coordinate``)."""
+        def row(y: Any) -> Any:
+            return ((y // (dh * m)) * dh + y % dh) * m + y % (dh * m) // dh
+        return te.compute((n, oh, ow, k), lambda b, y, x, kk: z[b, row(y), x, kk], name="winograd_rows")
 
     # Fusion: FuseOps would merge the injective transforms with their injective neighbours (a layout
     # transpose into the input transform, one conv's output transform with the next conv's input transform),
@@ -222,14 +246,17 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
         # symbolic sizes: the padded copy is a kernel of its own, not a block of the transform's (TVM cannot
         # prove that such a block covers what the transform reads at t // tw % th, so compute_at refuses the
         # scope; a clamped, masked read instead took the TIR simplifier 2 min per conv)
-        extra = 0 if isinstance(th, int) else m * rt  # the rows the extra tiles read
-        data = bb.emit(bb.call_te(topi.nn.pad, data, [0, 1, 1, 0],
-                                  [0, m * th + 1 - h + extra, m * tw + 1 - wd, 0], primfunc_name_hint="winograd_pad"))
+        data = bb.emit(bb.call_te(topi.nn.pad, data, [0, pad[0], pad[1], 0], pad_after,
+                                  primfunc_name_hint="winograd_pad"))
     v = bb.emit(bb.call_te(f_input, data, primfunc_name_hint="winograd_input",
                            primfunc_attrs={"op_pattern": _OPAQUE}))
     mm = bb.emit(bb.call_te(gemm.compute, v, relax.const(packed), primfunc_name_hint="winograd_gemm"))
-    return bb.call_te(f_output, mm, primfunc_name_hint="winograd_output",
-                      primfunc_attrs={"op_pattern": _OUT_ELEMWISE_FUSABLE})
+    out = bb.call_te(f_output, mm, primfunc_name_hint="winograd_output",
+                     primfunc_attrs={"op_pattern": _OUT_ELEMWISE_FUSABLE})
+    # A dilated height: its rows in place by a gather of their own (the bias, ReLU... fuse into it).  Placed by
+    # the output transform itself, a row of a tile holds outputs d rows apart, and TVM's region analysis of
+    # the transform's first pass at (y // (d * m)) * d + y % d came out non-constant (no unrolled schedule)
+    return out if dh == 1 else bb.call_te(f_rows, bb.emit(out), primfunc_name_hint="winograd_dilated_rows")
 
 
 #: F(4x4, 3x3) where both output sides are at least this (its 4x4 tiles waste little) ...
