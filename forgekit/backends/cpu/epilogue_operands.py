@@ -11,8 +11,9 @@ This pass, between AnnotateTIROpPattern and FuseOps, marks the last op of such a
 fuses into one small kernel of its own, and the convolution's kernel is conv + epilogue again, which the int8
 and float conv rules schedule.  It applies to a call whose result is small (at most :data:`SMALL` elements,
 static), injective, computed at run time (constants are folded before), and read by an elementwise op
-whose output is at least :data:`RATIO` times larger (or of a symbolic size) and whose other operand comes from a convolution or
-matmul (an out-fusable op, through at most :data:`HOPS` single-input reshapes/transposes/casts).
+whose output is at least :data:`RATIO` times larger (or of a symbolic size) and whose other operand comes
+from a convolution or matmul (an out-fusable op, through at most :data:`HOPS` single-input
+reshapes/transposes/casts).
 
 Why not TVM: FuseOps has no size or cost notion (its groups follow op patterns only), and its
 ``FuseOpsByPattern`` fuses named patterns in, it cannot keep one out.

@@ -13,9 +13,9 @@ Why: forgekit's direct 3x3 convolutions already ran at 90-95 % of this CPU's fp3
 256->256 at 14x14 2.02 / 0.98 / 0.81; 512->512 at 7x7 2.03 / 1.44 / 1.37.  ResNet-50 38.3 -> 31.3 ms.
 
 Which one (:func:`choose`): F(4x4) where both output sides are >= 14 (a symbolic side counts as large) and its
-U (4x the weights) stays under 4 MiB, F(2x2) elsewhere, and in bf16.  Rounding: F(2x2) transforms by +-1 and 1/2 only and stays at the
-direct kernel's error (2.5e-7 vs 6e-7 relative, fp32); F(4x4) scales by up to 8 and loses about a decimal
-digit (4e-6), ten times inside onnxruntime comparisons' tolerance.
+U (4x the weights) stays under 4 MiB, F(2x2) elsewhere, and in bf16.  Rounding: F(2x2) transforms by +-1 and 1/2
+only and stays at the direct kernel's error (2.5e-7 vs 6e-7 relative, fp32); F(4x4) scales by up to 8 and loses
+about a decimal digit (4e-6), ten times inside onnxruntime comparisons' tolerance.
 
 Not TVM's ``topi.nn.conv2d_winograd_nhwc``: it computes the transforms as dense reductions with the B/A
 matrices (multiplies by 0 and 1 included, scheduled as reductions by our rules) and lays M out for GPU
@@ -176,8 +176,8 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     tiles = n * th * tw
     static = all(isinstance(v, int) for v in (n, h, wd))
     # symbolic sizes: the GEMM's rows (tiles) rounded up to the matmul rule's register tile, as
-    # :mod:`.dynamic_matmul` does (a bare split of a symbolic row axis is 2.9x slower); the extra tiles read a
-    # clamped image and the output transform never reads them
+    # :mod:`.dynamic_matmul` does (a bare split of a symbolic row axis is 2.9x slower); the extra tiles read the
+    # last image again or zero rows below it (see ``pixel``), and the output transform never reads them
     rt = choose_tiles(k, None, tinfo)[1]
     rows = tiles if static else round_up(tiles, rt)
     gemm = (gemm_factory or (lambda *sizes: fp32_gemm(*sizes, tinfo)))(alpha * alpha, c, k, rows)
