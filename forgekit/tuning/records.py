@@ -109,10 +109,13 @@ def workload(func: Any) -> Any:
     """The PrimFunc as a one-function module named ``main`` (so the same kernel in another model,
     under another fused name, is the same workload)."""
     import tvm
+    from tvm_ffi.serialization import from_json_graph_str, to_json_graph_str
 
     # A deep copy: TIR schedules update the functions they own in place, and the original is still
-    # needed (the next candidate, the final build) — sharing it corrupted later candidates.
-    fresh = tvm.ir.load_json(tvm.ir.save_json(func))
+    # needed (the next candidate, the final build) — sharing it corrupted later candidates.  Through
+    # tvm_ffi's own JSON, as backends/cpu/registry.py copies: tvm.ir.load_json also "upgrades" the text in
+    # Python, which a copy made by this same TVM never needs.
+    fresh = from_json_graph_str(to_json_graph_str(func))
     return tvm.IRModule({"main": fresh.with_attr("global_symbol", "main")})
 
 
