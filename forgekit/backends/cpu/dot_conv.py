@@ -11,6 +11,8 @@ import numpy as np
 import tvm
 from tvm import te
 
+from .tiling import choose_dot_tile, round_up, symbolic_factor
+
 
 def ceil_to(a: int, b: int) -> int:
     """``a`` rounded up to a multiple of ``b`` (static sizes; :func:`.tiling.round_up` is the symbolic one)."""
@@ -25,6 +27,22 @@ def pack_weights(w: np.ndarray, red: int, lanes: int) -> np.ndarray:
     wpad = np.zeros((kh, kw, icp, ocp), w.dtype)
     wpad[:, :, :ic, :oc] = w
     return np.ascontiguousarray(wpad.reshape(kh, kw, icp // red, red, ocp // lanes, lanes).transpose(4, 0, 1, 2, 5, 3))
+
+
+def output_width(ow: Any, nvec: int, budget: int) -> Any:
+    """The output columns a dot-product conv computes for a symbolic output width ``ow`` (a static one is kept):
+    ``ow`` rounded up to the row tile :class:`.rules.dot_tile.DotTileRule` will take for it, so every tile is
+    whole (the extra columns repeat the last one's input, :func:`conv`'s ``width``).  A width already provably
+    a multiple of 2, 4 or 8 (``--dynamic W=..:32``) is kept: such a tile divides it (see
+    :func:`.tiling.symbolic_factor`).  Without rounding the rule could only take 1-column tiles, each weight
+    load feeding one dot instruction."""
+    if isinstance(ow, int):
+        return ow
+    factor = symbolic_factor(ow)
+    if factor > 1:
+        return ow
+    _, rt = choose_dot_tile(nvec, None, budget, 8)
+    return ow if rt == 1 else round_up(ow, rt)
 
 
 def padded_reader(x: Any, h: int, wd: int, ic: int, top: int, left: int) -> Callable[..., tuple[Any, Any]]:

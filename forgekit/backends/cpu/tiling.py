@@ -87,15 +87,18 @@ def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tu
     return _own_tiles(ev, er, tinfo, factor)
 
 
-def choose_dot_tile(nvec: int, er: int | None, budget: int) -> tuple[int, int]:
+def choose_dot_tile(nvec: int, er: int | None, budget: int, factor: int = 1) -> tuple[int, int]:
     """(vectors per row ``nv``, rows ``rt``) of the dot-product rules' accumulator tile (:mod:`.rules.dot_tile`):
     ``nv`` divides the ``nvec`` output vectors, ``rt`` the row extent ``er``, ``nv * rt <= budget``; maximizes
-    dot instructions per load (``nv * rt`` dot products per ``nv`` weight loads + ``rt`` broadcasts)."""
+    dot instructions per load (``nv * rt`` dot products per ``nv`` weight loads + ``rt`` broadcasts).  A
+    symbolic ``er`` (None) that is a multiple of ``factor`` (:func:`symbolic_factor`; the legalization rounds a
+    dynamic width up to the tile it asks for here) gets a power-of-two tile dividing ``factor``, else 1 row."""
     best = None
     for nv in (1, 2, 3, 4):
         if nvec % nv or nv > budget:
             continue
-        rt = best_divisor(er, max(1, budget // nv)) if er else 1
+        limit = max(1, budget // nv)
+        rt = best_divisor(er, limit) if er else (_symbolic_tile(limit, factor) if factor > 1 else 1)
         score = (rt * nv / (rt + nv), rt * nv)
         if best is None or score > best[0]:
             best = (score, nv, rt)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..tiling import choose_dot_tile
+from ..tiling import choose_dot_tile, symbolic_factor
 from .base import ScheduleRule
 from .common import (
     SYMBOLIC_GUESS,
@@ -92,7 +92,9 @@ class DotTileRule(ScheduleRule):
         ev, er = ext(sch, sl[-1]), ext(sch, sl[-2])
         if ev is None or ev % lanes or ext(sch, rl[-1]) != self.red:
             raise ValueError(f"vector axis not a multiple of {lanes} or no {self.red}-element {self.what} reduction")
-        nv, rt = choose_dot_tile(ev // lanes, er, stack_budget(tinfo, lanes=lanes))
+        # a symbolic row axis (a dynamic image width) comes rounded up to whole tiles (dot_conv.output_width)
+        factor = symbolic_factor(sch.get(sl[-2]).extent) if er is None else 1
+        nv, rt = choose_dot_tile(ev // lanes, er, stack_budget(tinfo, lanes=lanes), factor)
         macs = 1
         for l in loops:
             macs *= ext(sch, l) or SYMBOLIC_GUESS
@@ -100,13 +102,34 @@ class DotTileRule(ScheduleRule):
         inner = self.channels_inner(sch, sl, rl)
         v_o, v_n, v_l = sch.split(sl[-1], [None, nv, lanes])
         r_o, r_i = sch.split(sl[-2], [None, rt])
-        outer_list = [*sl[:-2], r_o, v_o] if inner else [v_o, *sl[:-2], r_o]
-        sch.reorder(*outer_list, *rl[:-1], r_i, v_n, v_l, rl[-1])
-        outer = sch.fuse(*outer_list)
+        others = list(sl[:-2])
+        if all(ext(sch, l) is not None for l in [*others[1:], r_o]):
+            # static image (the batch may be symbolic): one parallel loop over every tile
+            outer_list = [*others, r_o, v_o] if inner else [v_o, *others, r_o]
+            sch.reorder(*outer_list, *rl[:-1], r_i, v_n, v_l, rl[-1])
+            outer = last = sch.fuse(*outer_list)
+        else:
+            # a dynamic image size: fused with the others, a symbolic height or width split every tile's index
+            # by symbolic extents (integer divisions per tile, and an epilogue predicate over all of them that
+            # kept it from vectorizing: an int8 64->64 3x3 conv at 64x80 ran 4x its static twin), and TVM
+            # gave a fused symbolic height wrong write-back regions in the fp32 rule (see rules.tiled).  So
+            # the height is the parallel loop, unfused (a width or a matmul's rows alone: the static loops
+            # fused), the tiles serial inside it.
+            tiles = [r_o, v_o] if inner else [v_o, r_o]
+            sym = [l for l in others[1:] if ext(sch, l) is None]  # a symbolic batch stays the outermost loop
+            if sym:
+                outer, rest = sym[-1], [l for l in others if not l.same_as(sym[-1])]
+                sch.reorder(*rest, outer, *tiles, *rl[:-1], r_i, v_n, v_l, rl[-1])
+                last = tiles[-1]
+            else:
+                fixed = [l for l in [*others, *tiles] if ext(sch, l) is not None]
+                sch.reorder(*fixed, r_o, *rl[:-1], r_i, v_n, v_l, rl[-1])
+                outer = sch.fuse(*fixed) if len(fixed) > 1 else fixed[0]
+                last = r_o
         if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1) and parallel_ok:
             sch.parallel(outer)
         self.annotate(sch, outer)
-        attach_epilogue(sch, main, consumers, outer, acc_scope(rt * nv * lanes * 4), tinfo.vec_lanes)
+        attach_epilogue(sch, main, consumers, last, acc_scope(rt * nv * lanes * 4), tinfo.vec_lanes)
         init = sch.decompose_reduction(main, rl[0])
         sch.tensorize(v_l, intrin)
         sch.unroll(r_i)
