@@ -144,9 +144,14 @@ def conv_transpose_as_conv(mod: Any) -> Any:
         y = _phase_convs(relax, x, phase_weights(w, (sh, sw)), (kh, kw), (sh, sw), (top, left, bottom, right),
                          str(attrs.out_dtype) if casting else "")
         if sh * sw > 1:
+            # simplified sizes: ConvertLayout re-derives every shape from these expressions, and a model output
+            # of ``(8 * H_div32 - 1 + 1) * 2`` rows is not its ``16 * H_div32``: "DataflowBlock Pass should not
+            # rewrite ... any global-scope Var", so a dynamic-size PP-OCR det stayed NCHW (28x onnxruntime)
+            simplify = tvm.sym.Analyzer().simplify
+            a, b = simplify(a * 1), simplify(b * 1)
             y = relax.op.reshape(y, [n, sh, sw, cout, a, b])
             y = relax.op.permute_dims(y, [0, 3, 4, 1, 5, 2])  # n, o, a, rh, b, rw
-            y = relax.op.reshape(y, [n, cout, a * sh, b * sw])
+            y = relax.op.reshape(y, [n, cout, simplify(a * sh), simplify(b * sw)])
         out_h = sh * (h - 1) + kh + oph - pt - pb
         out_w = sw * (width - 1) + kw + opw - pl - pr
         if cut_t or cut_l or over_h or over_w:

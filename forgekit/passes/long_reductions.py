@@ -223,8 +223,16 @@ def _rewriter(mod: Any) -> Any:
                 return (R.max if maximum else R.sum)(x, axes, keepdims)
             if how is None:  # the last stage and the division in one kernel, as TOPI's mean (FuseOps fuses
                 # nothing after a reduction: a separate divide was a third kernel, +20 % on a 7x7 pool)
-                return self.builder_.call_te(lambda p, c: topi.divide(topi.sum(p, axes, keepdims), c), x, count,
+                call = self.builder_.call_te(lambda p, c: topi.divide(topi.sum(p, axes, keepdims), c), x, count,
                                              primfunc_name_hint="mean")
+                if not isinstance(count, (int, tirx.IntImm)):
+                    # a count of a symbolic size (a global mean over a dynamic image) binds its variables from a
+                    # scalar argument, which FuseTIR cannot merge with a kernel fused after it: an int8 build's
+                    # requantize of the mean failed to compile ("VarRemapGet(source) == nullptr"; an SE block of
+                    # PP-OCRv6 det).  Opaque, it stays a kernel of its own; what follows is elementwise on C values
+                    gv = call.args[0]
+                    self.builder_.update_func(gv, self.builder_.get()[gv].with_attr("op_pattern", 8))
+                return call
             axis, block, exact = how
             if not exact:  # as many blocks as ``block`` needs, made as even as they go: the masked tail is shorter
                 # than their count (a fixed 4096 on a symbolic length of 128 summed 32x the elements); passed in,

@@ -263,8 +263,20 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
         outer_list = [v_o] + others + tiles
     inner_list = ([r_i] if r_i is not None else []) + [v_i]
     serial = serial_o + ([r_o] if serial_r else [])
-    sch.reorder(*outer_list, *serial, *rl, *inner_list)
-    outer = sch.fuse(*outer_list) if len(outer_list) > 1 else outer_list[0]
+    heights = [l for l in serial_o if not l.same_as(sl[0])]  # symbolic axes other than the batch
+    if heights:
+        # a dynamic height is the parallel loop itself, unfused (no index split by a symbolic extent, no
+        # region trouble), the static tiles serial inside: parallel over the output-channel blocks alone, a
+        # dynamic-size PP-OCR det's 24- and 96-channel convs ran on one thread (1.5-1.9x their static twins)
+        par, tail = heights[-1], [l for l in serial if not l.same_as(heights[-1])]
+        pre = [l for l in tail if any(l.same_as(x) for x in serial_o)]
+        tail = [l for l in tail if not any(l.same_as(x) for x in pre)]
+        sch.reorder(*pre, par, *outer_list, *tail, *rl, *inner_list)
+        fused = sch.fuse(*outer_list) if len(outer_list) > 1 else outer_list[0]
+        outer, serial = par, [fused, *tail]
+    else:
+        sch.reorder(*outer_list, *serial, *rl, *inner_list)
+        outer = sch.fuse(*outer_list) if len(outer_list) > 1 else outer_list[0]
     if macs >= MIN_PARALLEL_MACS and (ext(sch, outer) is None or ext(sch, outer) > 1):
         sch.parallel(outer)
 
