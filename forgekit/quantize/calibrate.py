@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
+from ..importer.dynamic import ranges_of
+from ..runtime.inputs import check_inputs
 from . import graph
 from .samples import iterate
 from .stats import TensorStats
@@ -117,7 +119,15 @@ def calibrate(mod: tvm.IRModule, inputs: Sequence[Any], data: Any, *, previous: 
     run = None
     count = 0
     names, shapes, dtypes = [t.name for t in inputs], [t.shape for t in inputs], [t.dtype for t in inputs]
+    # the runtime's own check of sizes against the --dynamic ranges and steps: a sample the compiled module
+    # cannot take (W=641 with W=32..2048:32) failed inside TVM's VM, a traceback ("match_cast error")
+    specs = [{"name": n, "shape": s, "dtype": d} for n, s, d in zip(names, shapes, dtypes)]
+    ranges = {name: r.to_dict() for name, r in ranges_of(mod).items()}
     for sample in iterate(data, names, shapes, dtypes):
+        try:
+            check_inputs(specs, sample, ranges)
+        except InputError as exc:
+            raise InputError(f"Calibration sample {count + 1}: {exc}") from None
         if run is None:
             run, calib.device = build_runner(instrumented, use_cuda)
         result = run(sample)

@@ -143,3 +143,21 @@ def test_an_int8_squeeze_excite_block_over_a_dynamic_image(dynamic) -> None:
         x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
         got, want = np.asarray(f(x)), _ort(model, x)
         assert got.shape == want.shape and _cosine(got, want) >= 0.99
+
+
+def test_a_calibration_sample_outside_the_dynamic_range_is_one_line() -> None:
+    """A calibration sample the dynamic ranges do not admit (a width off the step, a height above the bound) is
+    an InputError (exit 9) naming the sample and the fix, as the runtime says for a feed; it was a traceback
+    from TVM's VM ("match_cast error ... 641 vs. 640")."""
+    from forgekit.errors import InputError
+
+    rng = np.random.default_rng(5)
+    cases = {(64, 65): "multiples of 32 only: pad the input to W=96", (2048, 64): "from 32 to 1024"}
+    for hw, expected in cases.items():
+        ir = forgekit.from_onnx(se_block(), dynamic={"H": "32..1024:32", "W": "32..1024:32"})
+        good = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
+        with pytest.raises(InputError) as err:
+            ir.calibrate([good, rng.standard_normal((1, 3, *hw)).astype(np.float32)])
+        message = str(err.value)
+        assert err.value.exit_code == 9 and "\n" not in message
+        assert message.startswith("Calibration sample 2:") and expected in message, message
