@@ -148,7 +148,7 @@ def conv_transpose_as_conv(mod: Any) -> Any:
             # of ``(8 * H_div32 - 1 + 1) * 2`` rows is not its ``16 * H_div32``: "DataflowBlock Pass should not
             # rewrite ... any global-scope Var", so a dynamic-size PP-OCR det stayed NCHW (28x onnxruntime)
             simplify = tvm.sym.Analyzer().simplify
-            a, b = simplify(a * 1), simplify(b * 1)
+            a, b = simplify(a), simplify(b)
             y = relax.op.reshape(y, [n, sh, sw, cout, a, b])
             y = relax.op.permute_dims(y, [0, 3, 4, 1, 5, 2])  # n, o, a, rh, b, rw
             y = relax.op.reshape(y, [n, cout, simplify(a * sh), simplify(b * sw)])

@@ -33,7 +33,6 @@ from tvm import relax, te
 
 from ...targets.isa import isa_info
 from . import dot_conv
-from .tiling import stack_budget
 from .packed_conv import (  # shared legalization helpers
     Legalize,
     _const_value,
@@ -42,6 +41,7 @@ from .packed_conv import (  # shared legalization helpers
     conv_geometry,
     exact_in_fp32,
 )
+from .tiling import stack_budget
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
