@@ -112,6 +112,61 @@ def restore_plain_inputs(mod: Any, stepped: Mapping[str, tuple[int, Any]]) -> An
     return mod
 
 
+def restore_quotient_prologue(mod: Any) -> Any:
+    """``mod`` whose ``main`` defines its stepped quotients as :func:`restore_plain_inputs` did, after a rewrite
+    re-normalized them: in a plain binding block, from a shape whose values TVM does not see.
+
+    ``Normalize`` types ``stepped_dims`` as ``R.Shape([H // 32])``, and ``ToNonDataflow`` + ``ConvertToDataflow``
+    move it into the first dataflow block (the calibration's :func:`forgekit.quantize.graph.expose` does both).
+    TVM then reads ``H_div32 = H // 32`` off the ``match_cast`` and writes ``H // 32`` wherever ``H_div32`` was,
+    and FuseTIR refuses the call of a kernel that takes the quotient as its shape argument ("All shape inputs
+    are expected to be single tirx var"): YOLOv8's anchor grid, an ``arange`` over ``H_div32``, at a dynamic
+    image size.  Typed ``R.Shape(ndim=1)`` the quotient stays a variable, as in an uncalibrated build."""
+    from tvm import relax
+
+    main = mod["main"]
+    blocks = list(main.body.blocks)
+    if not blocks:
+        return mod
+    bindings = list(blocks[0].bindings)
+    lead = 0
+    while lead < len(bindings) and _is_shape_definition(bindings[lead]):
+        lead += 1
+    if lead == 0:
+        return mod
+    rest = bindings[lead:]
+    later = {v for b in rest for v in relax.analysis.free_vars(b.value)}
+    later |= {v for blk in blocks[1:] for b in blk.bindings for v in relax.analysis.free_vars(b.value)}
+    later |= set(relax.analysis.free_vars(main.body.body))
+    if any(b.var in later for b in bindings[:lead]):  # only definitions nothing reads can move as they are
+        return mod
+    renamed: dict[Any, Any] = {}
+    lifted = []
+    for b in bindings[:lead]:
+        if isinstance(b, relax.MatchCast):
+            var = relax.Var(b.var.name, b.var.ty)
+            lifted.append(relax.MatchCast(var, renamed.get(b.value, b.value), b.ty))
+        else:
+            var = relax.Var(b.var.name, relax.ShapeType(ndim=len(b.value.values)))
+            lifted.append(relax.VarBinding(var, b.value))
+        renamed[b.var] = var
+    kind = relax.DataflowBlock if isinstance(blocks[0], relax.DataflowBlock) else relax.BindingBlock
+    head = [relax.BindingBlock(lifted)] + ([kind(rest)] if rest else [])
+    body = relax.SeqExpr(head + blocks[1:], main.body.body)
+    mod = mod.clone() if hasattr(mod, "clone") else mod
+    mod["main"] = relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs, main.span)
+    return mod
+
+
+def _is_shape_definition(binding: Any) -> bool:
+    """``q = R.shape([H // 32])`` or ``match_cast(q, R.Shape([H_div32]))``: the prologue's two kinds of binding."""
+    from tvm import relax
+
+    if isinstance(binding, relax.MatchCast):
+        return isinstance(binding.ty, relax.ShapeType)
+    return isinstance(binding.value, relax.ShapeExpr)
+
+
 def tvm_equal(a: Any, b: Any) -> bool:
     import tvm_ffi
 

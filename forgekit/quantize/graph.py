@@ -90,6 +90,8 @@ def expose(mod: Any, pick: Any) -> tuple[Any, int]:
     import tvm
     from tvm import relax
 
+    from ..importer.strides import restore_quotient_prologue
+
     flat = relax.transform.ToNonDataflow()(mod)
     func = flat["main"]
     picked = list(pick(func))
@@ -101,4 +103,4 @@ def expose(mod: Any, pick: Any) -> tuple[Any, int]:
     out = tvm.IRModule(dict(flat.functions.items()), attrs=flat.attrs)
     out["main"] = new_func
     out = relax.transform.Normalize()(out)
-    return relax.transform.ConvertToDataflow()(out), len(picked)
+    return restore_quotient_prologue(relax.transform.ConvertToDataflow()(out)), len(picked)

@@ -6,7 +6,9 @@ Three failure classes a dynamic-size PP-OCRv6 det showed, each a model shape any
   then stayed NCHW on TVM's stock kernels: 1353 ms against onnxruntime's 48 (its static twin: 48 ms);
 * the convs of a dynamic height ran on one thread: parallel over the output-channel blocks alone (1.5-1.9x
   their static twins);
-* an int8 SE block (a global mean over the image, requantized for its 1x1 conv) failed to compile.
+* an int8 SE block (a global mean over the image, requantized for its 1x1 conv) failed to compile;
+* calibrating a model with a stepped dimension (``H=32..2048:32``) whose feature-map size feeds a kernel as a
+  shape argument (YOLOv8's anchor grid: ``Range`` over the coarse map's width) failed inside TVM's FuseTIR.
 """
 
 from __future__ import annotations
@@ -60,6 +62,23 @@ def se_block(h: str | int = "H", w: str | int = "W") -> onnx.ModelProto:
              helper.make_node("Conv", ["e2", "s2"], ["e3"]), helper.make_node("HardSigmoid", ["e3"], ["e4"]),
              helper.make_node("Mul", ["r0", "e4"], ["m"]),
              helper.make_node("Conv", ["m", "w3"], ["y"], pads=[1] * 4)]
+    return _model(nodes, inits, h, w)
+
+
+def anchor_grid_head(h: str | int = "H", w: str | int = "W") -> onnx.ModelProto:
+    """Conv 4x4/4 (3->8) + Relu, Conv 8x8/8 (8->16): a stride-32 map, plus YOLOv8's anchor grid along its width
+    (``Range(0, width of the map) + 0.5``, as ``torch.arange(w) + offset`` exports)."""
+    rng = np.random.default_rng(6)
+    inits = {"w0": _weights(rng, 8, 3, 4, 4), "w1": _weights(rng, 16, 8, 8, 8), "i3": np.array(3, np.int64),
+             "zero": np.array(0, np.float32), "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], strides=[4, 4]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["f"], strides=[8, 8]),
+             helper.make_node("Shape", ["f"], ["s"]), helper.make_node("Gather", ["s", "i3"], ["wi"]),
+             helper.make_node("Cast", ["wi"], ["wf"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["zero", "wf", "one"], ["gx"]),
+             helper.make_node("Add", ["gx", "half"], ["cx"]),
+             helper.make_node("Add", ["f", "cx"], ["y"])]
     return _model(nodes, inits, h, w)
 
 
@@ -161,3 +180,24 @@ def test_a_calibration_sample_outside_the_dynamic_range_is_one_line() -> None:
         message = str(err.value)
         assert err.value.exit_code == 9 and "\n" not in message
         assert message.startswith("Calibration sample 2:") and expected in message, message
+
+
+def test_calibrating_a_stepped_size_whose_map_width_is_a_kernel_argument() -> None:
+    """Calibration exposes every layer's output (ToNonDataflow, ConvertToDataflow, Normalize), which re-typed
+    the ``H_div32 = H // 32`` prologue with its values and moved it into a dataflow block; TVM then wrote
+    ``W // 32`` for ``W_div32`` at the anchor grid's call, and FuseTIR refused it ("All shape inputs are
+    expected to be single tirx var", compile exit 6: NudeNet, a YOLOv8n, at a dynamic size).  Calibrates,
+    reports, compiles, and matches onnxruntime's fp32 at two sizes."""
+    model = anchor_grid_head()
+    rng = np.random.default_rng(7)
+    ir = forgekit.from_onnx(model, dynamic={"H": "32..1024:32", "W": "32..1024:32"})
+    ir.calibrate([rng.standard_normal((1, 3, 64, 96)).astype(np.float32) for _ in range(2)])
+    ir.quantize()
+    report = ir.accuracy_report()
+    assert len(report["layers"]) == 2 and report["agreement"] >= 0.99, report
+    f = ir.get_inference_function("host")
+    for hw in ((64, 96), (128, 64)):
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        got, want = np.asarray(f(x)), _ort(model, x)
+        assert got.shape == want.shape == (1, 16, hw[0] // 32, hw[1] // 32)
+        assert _cosine(got, want) >= 0.99
