@@ -12,8 +12,12 @@ fuses into one small kernel of its own, and the convolution's kernel is conv + e
 and float conv rules schedule.  It applies to a call whose result is small (at most :data:`SMALL` elements,
 static), injective, computed at run time (constants are folded before), and read by an elementwise op
 whose output is at least :data:`RATIO` times larger (or of a symbolic size) and whose other operand comes
-from a convolution or matmul (an out-fusable op, through at most :data:`HOPS` single-input
-reshapes/transposes/casts).
+from a convolution or matmul (an out-fusable op, through at most :data:`HOPS` injective ops).
+
+Likewise an 8-bit operand of a convolution or matmul that an injective chain quantizes at run time (a
+``DynamicQuantizeLinear``, then the zero-point padding and the NHWC transpose): fused into the int8 kernel as a
+prologue, no int8 rule matched it (ddddocr's recognizer: 6x onnxruntime); apart, it is one pass over 8-bit
+data.
 
 Why not TVM: FuseOps has no size or cost notion (its groups follow op patterns only), and its
 ``FuseOpsByPattern`` fuses named patterns in, it cannot keep one out.
@@ -27,8 +31,8 @@ from typing import Any
 SMALL = 4096
 #: The reader's result at least this many times larger: recomputing per element is what costs.
 RATIO = 16
-#: Single-input injective ops looked through between the reader and the convolution (layout, casts).
-HOPS = 4
+#: Injective ops looked through between the reader and the convolution (layout, casts, zero-point terms).
+HOPS = 8
 #: relax OpPatternKind values.
 _INJECTIVE, _OUT_EWISE_FUSABLE, _OPAQUE = 2, 4, 8
 
@@ -78,21 +82,39 @@ def keep_epilogue_operands_apart() -> Any:
                     for arg in tensor_args(call):
                         users.setdefault(arg, []).append((binding.var, call))
 
-        def from_out_fusable(var: Any) -> bool:
-            for _ in range(HOPS + 1):
-                call = producer.get(var)
-                if call is None:
-                    return False
-                kind = pattern(mod, call)
-                if kind == _OUT_EWISE_FUSABLE:
-                    return True
-                args = tensor_args(call)
-                if kind is None or kind > _INJECTIVE or len(args) != 1:
-                    return False
-                var = args[0]
+        def from_out_fusable(var: Any, hops: int = HOPS) -> bool:
+            call = producer.get(var)
+            kind = None if call is None else pattern(mod, call)
+            if kind == _OUT_EWISE_FUSABLE:
+                return True
+            if kind is None or kind > _INJECTIVE or hops == 0:
+                return False
+            # every operand: an integer conv's zero-point corrections (``acc - zx * sum(w) - zw * box``,
+            # :mod:`forgekit.importer.converters.int_conv`) sit between it and the bias add
+            return any(from_out_fusable(arg, hops - 1) for arg in tensor_args(call))
+
+        def quantized_at_run_time(var: Any) -> bool:
+            """An 8-bit tensor an injective chain computes from a float one within HOPS calls."""
+            seen, frontier = 0, [var]
+            while frontier and seen <= 2 * HOPS:
+                call = producer.get(frontier.pop())
+                kind = None if call is None else pattern(mod, call)
+                if kind is None or kind > _INJECTIVE:
+                    continue
+                seen += 1
+                for arg in tensor_args(call):
+                    if str(getattr(arg.ty, "dtype", "")).startswith(("float", "bfloat")):
+                        return True
+                    frontier.append(arg)
             return False
 
         picked = set()
+        for var, call in producer.items():  # an int8 conv/matmul's 8-bit operand quantized at run time
+            if pattern(mod, call) == _OUT_EWISE_FUSABLE:
+                for arg in tensor_args(call):
+                    if (str(getattr(arg.ty, "dtype", "")) in ("uint8", "int8") and arg in producer
+                            and quantized_at_run_time(arg)):
+                        picked.add(arg)
         for var, call in producer.items():
             size = _numel(var)
             kind = pattern(mod, call)

@@ -11,7 +11,9 @@
   float op -> quantize.  These may differ from onnxruntime by one quantum
   (onnxruntime uses fixed-point / lookup-table kernels for some of them).
 
-Accumulation is int32 on widened int32 operands: exact, not the fastest.
+Accumulation is int32, exact.  With constant 8-bit weights and a scalar input zero point (onnxruntime's
+quantizers write nothing else) the conv runs on the 8-bit operands (:mod:`.int_conv`); otherwise on widened
+int32 operands, not the fastest.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ._common import OnnxOpConverter, const_value, dtype_of, ndim_of
+from .int_conv import fast_int_conv
 
 _QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
 
@@ -64,51 +67,11 @@ def _out_dtype(y_zp, default="uint8"):
     return dtype_of(y_zp) if y_zp is not None else default
 
 
-def _fast_int_conv(bb, x, w, x_zp, w_zp, attr):
-    """8-bit conv with int32 accumulation straight on the 8-bit operands (VNNI-friendly).
-
-    Valid when the weights and their zero point are constants with w_zp == 0 and the
-    input zero point is a constant scalar: padding with x_zp then
-    conv(x - x_zp, w) = conv(x_padded, w) - x_zp * sum(w[m]).  Returns None otherwise.
-    """
-    wv, xzv = const_value(w), const_value(x_zp) if x_zp is not None else np.zeros((), np.int32)
-    wzv = const_value(w_zp) if w_zp is not None else np.zeros((), np.int32)
-    if wv is None or xzv is None or wzv is None or np.any(wzv != 0) or xzv.size != 1:
-        return None
-    if dtype_of(x) not in ("uint8", "int8") or str(wv.dtype) not in ("uint8", "int8"):
-        return None
-    auto_pad = attr.get("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if auto_pad not in ("NOTSET", "VALID"):
-        return None
-    nsp = ndim_of(x) - 2
-    if nsp not in (1, 2, 3):
-        return None
-    conv = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}[nsp]
-    layouts = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}[nsp]
-    pads = [0] * (2 * nsp) if auto_pad == "VALID" else list(attr.get("pads", [0] * (2 * nsp)))
-    xz = int(xzv.reshape(-1)[0])
-    data, padding = x, pads
-    if xz != 0 and any(pads):
-        width = [0, 0, 0, 0] + [v for i in range(nsp) for v in (pads[i], pads[i + nsp])]
-        data = relax.op.nn.pad(x, width, pad_value=float(xz))
-        padding = [0] * (2 * nsp)
-    acc = conv(
-        data, relax.const(wv), strides=attr.get("strides", 1), padding=padding,
-        dilation=attr.get("dilations", 1), groups=int(attr.get("group", 1)),
-        data_layout=layouts[0], kernel_layout=layouts[1], out_dtype="int32",
-    )
-    if xz != 0:
-        wsum = wv.astype(np.int64).reshape(wv.shape[0], -1).sum(axis=1) * xz
-        acc = relax.op.subtract(acc, relax.const(wsum.astype(np.int32).reshape([1, -1] + [1] * nsp)))
-    return acc
-
-
 def _int_conv(bb, inputs, attr, params):
     x, w = inputs[0], inputs[1]
     x_zp = inputs[2] if len(inputs) > 2 else None
     w_zp = inputs[3] if len(inputs) > 3 else None
-    fast = _fast_int_conv(bb, x, w, x_zp, w_zp, attr)
+    fast = fast_int_conv(bb, x, w, x_zp, w_zp, attr)
     if fast is not None:
         return fast
     nd = ndim_of(x)
