@@ -14,11 +14,6 @@ static), injective, computed at run time (constants are folded before), and read
 whose output is at least :data:`RATIO` times larger (or of a symbolic size) and whose other operand comes
 from a convolution or matmul (an out-fusable op, through at most :data:`HOPS` injective ops).
 
-Likewise an 8-bit operand of a convolution or matmul that an injective chain quantizes at run time (a
-``DynamicQuantizeLinear``, then the zero-point padding and the NHWC transpose): fused into the int8 kernel as a
-prologue, no int8 rule matched it (ddddocr's recognizer: 6x onnxruntime); apart, it is one pass over 8-bit
-data.
-
 Why not TVM: FuseOps has no size or cost notion (its groups follow op patterns only), and its
 ``FuseOpsByPattern`` fuses named patterns in, it cannot keep one out.
 """
@@ -93,28 +88,7 @@ def keep_epilogue_operands_apart() -> Any:
             # :mod:`forgekit.importer.converters.int_conv`) sit between it and the bias add
             return any(from_out_fusable(arg, hops - 1) for arg in tensor_args(call))
 
-        def quantized_at_run_time(var: Any) -> bool:
-            """An 8-bit tensor an injective chain computes from a float one within HOPS calls."""
-            seen, frontier = 0, [var]
-            while frontier and seen <= 2 * HOPS:
-                call = producer.get(frontier.pop())
-                kind = None if call is None else pattern(mod, call)
-                if kind is None or kind > _INJECTIVE:
-                    continue
-                seen += 1
-                for arg in tensor_args(call):
-                    if str(getattr(arg.ty, "dtype", "")).startswith(("float", "bfloat")):
-                        return True
-                    frontier.append(arg)
-            return False
-
         picked = set()
-        for var, call in producer.items():  # an int8 conv/matmul's 8-bit operand quantized at run time
-            if pattern(mod, call) == _OUT_EWISE_FUSABLE:
-                for arg in tensor_args(call):
-                    if (str(getattr(arg.ty, "dtype", "")) in ("uint8", "int8") and arg in producer
-                            and quantized_at_run_time(arg)):
-                        picked.add(arg)
         for var, call in producer.items():
             size = _numel(var)
             kind = pattern(mod, call)
