@@ -3,11 +3,13 @@
     .venv/bin/python bench/bench_dynamic_int8.py [--runs 20] [--threads 2] [--case det]
 
 Cases: ``det``, PP-OCRv6 det (rapidocr 3.10.0; ``bench/pypi_corpus/fetch.py`` puts it in
-bench/models/pypi_corpus/), its H and W dynamic in multiples of 32; ``net``, a 6-conv ReLU net with a global
+bench/models/pypi_corpus/), its H and W dynamic in multiples of 32; ``yolo``, NudeNet 320n (a YOLOv8n detector,
+nudenet 3.4.2, same place), likewise; ``net``, a 6-conv ReLU net with a global
 mean built here, H and W dynamic.  For each: fp32 and int8 (static, calibrated on 8 synthetic images of the
 kind the model reads) with the size dynamic, and both pinned to the first size; every artifact timed in three
 interleaved rounds in this one process (best of the rounds' medians), and int8 judged against onnxruntime's
-fp32 (cosine; for the detector also the share of pixels on the same side of its 0.3 threshold).
+fp32 (cosine; for the text detector also the share of pixels on the same side of its 0.3 threshold, for
+YOLO the cosine of the class scores alone, which the box coordinates would otherwise dominate).
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ def _text_images(rng: np.random.Generator, n: int, h: int, w: int) -> np.ndarray
     return (out - 0.5) / 0.5
 
 
+def _photos(rng: np.random.Generator, n: int, h: int, w: int) -> np.ndarray:
+    """Photo-like images in [0, 1]: smooth colour fields (a coarse grid, upsampled) with bright and dark blobs."""
+    coarse = rng.uniform(0.1, 0.9, (n, 3, h // 32 + 1, w // 32 + 1)).astype(np.float32)
+    out = np.repeat(np.repeat(coarse, 32, axis=2), 32, axis=3)[:, :, :h, :w].copy()
+    yy, xx = np.mgrid[:h, :w]
+    for im in out:
+        for _ in range(6):
+            cy, cx, r = rng.integers(0, h), rng.integers(0, w), rng.integers(h // 12, h // 4)
+            im[:, (yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = rng.uniform(0, 1, (3, 1))
+    return np.clip(out + rng.normal(0, 0.02, out.shape), 0, 1).astype(np.float32)
+
+
 def _net():
     from onnx import TensorProto, helper, numpy_helper
 
@@ -54,8 +68,10 @@ def _net():
     return model
 
 
-#: name -> (model, input name, dynamic ranges, sizes (H, W), calibration images)
+#: name -> (model, input name, dynamic ranges (H's name first), sizes (H, W), calibration images)
 CASES = {
+    "yolo": (lambda: str(HERE / "models" / "pypi_corpus" / "nudenet_320n.onnx"), "images",
+             {"height": "32..2048:32", "width": "32..2048:32"}, [(320, 320), (480, 640)], _photos),
     "det": (lambda: str(HERE / "models" / "pypi_corpus" / "ppocrv6_det_small.onnx"), "x",
             {"H": "32..2048:32", "W": "32..2048:32"}, [(480, 640), (320, 960)], _text_images),
     "net": (_net, "x", {"H": "32..512", "W": "32..512"}, [(128, 160), (57, 93)],
@@ -86,7 +102,7 @@ def run_case(name: str, runs: int, threads: int, out: Path) -> None:
     engines = {}
     for pinned in (False, True):
         for prec in ("fp32", "int8"):
-            shapes = {key: [1, 3, *sizes[0]]} if pinned else {key: [1, 3, "H", "W"]}
+            shapes = {key: [1, 3, *sizes[0]]} if pinned else {key: [1, 3, *dynamic]}
             ir = forgekit.from_onnx(model, shapes, dynamic=None if pinned else dynamic)
             if prec == "int8":
                 ir.calibrate([{key: c[None]} for c in calib])
@@ -95,7 +111,7 @@ def run_case(name: str, runs: int, threads: int, out: Path) -> None:
             engines[tag] = Engine(ir.compile("host", output_path=out / f"{name}_{tag.replace(' ', '_')}").path)
     print(f"\n{name}: ms (best of 3 interleaved medians of {runs} calls, {threads} threads)")
     print("| size | fp32 dynamic | int8 dynamic | int8/fp32 | fp32 pinned | int8 pinned | onnxruntime | "
-          "int8 cosine | int8 mask agreement |")
+          "int8 cosine | int8 mask agreement or scores |")
     print("|---|---|---|---|---|---|---|---|---|")
     for size in sizes:
         x = images(np.random.default_rng(2), 1, *size)
@@ -104,6 +120,9 @@ def run_case(name: str, runs: int, threads: int, out: Path) -> None:
         a, b = got.ravel().astype(np.float64), ref.ravel().astype(np.float64)
         cosine = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
         mask = f"{np.mean((a > 0.3) == (b > 0.3)):.4f}" if name == "det" else "-"
+        if name == "yolo":  # rows 4.. are the class scores
+            sa, sb = got[0, 4:].ravel().astype(np.float64), ref[0, 4:].ravel().astype(np.float64)
+            mask = f"scores cosine {sa @ sb / np.linalg.norm(sa) / np.linalg.norm(sb):.4f}"
         timed = {tag: e for tag, e in engines.items() if size == sizes[0] or "dynamic" in tag}
         best = {tag: min(_median_ms(lambda e=e: e.infer(x), runs) for _ in range(3)) for tag, e in timed.items()}
         t_ort = min(_median_ms(lambda: session.run(None, {key: x}), runs) for _ in range(3))
