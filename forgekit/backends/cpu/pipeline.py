@@ -136,10 +136,11 @@ def preprocess(use_nhwc: bool = True) -> Any:
     from ...passes.conv_transpose import conv_transpose_as_conv_pass
     from ...passes.layout import to_nhwc_or_keep
     from ...passes.numpy_fold import NumpyFoldConstant
+    from ...passes.quantize_layout import quantize_keeps_layout_pass
 
     seq = [Canonicalize, NumpyFoldConstant, conv1d_as_conv2d_pass(), conv_transpose_as_conv_pass()]
     if use_nhwc:
-        seq += [to_nhwc_or_keep(), NumpyFoldConstant]
+        seq += [to_nhwc_or_keep(), quantize_keeps_layout_pass(), NumpyFoldConstant]
     return tvm.transform.Sequential(seq, name="forgekit.CpuPreprocess")
 
 
