@@ -129,3 +129,27 @@ def test_a_run_time_quantization_between_two_convs_stays_nhwc(tmp_path: Path) ->
         # the float conv's last bits may differ from onnxruntime's and move a value across a rounding step
         want = ort_run(model, {"x": x})[0]
         np.testing.assert_allclose(engine.infer(x)[0], want, atol=1e-2 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("spatial", [1, 3])
+def test_one_and_three_dimensional_convs_match_onnxruntime_exactly(tmp_path: Path, spatial: int) -> None:
+    """The same identity for a 1-D conv (a quantize_dynamic speech model's) and a 3-D one: uint8 weights with
+    their zero point, a run-time input zero point, padding and stride 2."""
+    rng = np.random.default_rng(spatial)
+    k = [3] * spatial
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (M, C, *k)).astype(np.uint8), "w"),
+             numpy_helper.from_array(np.array([133], np.uint8), "wz")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+             helper.make_node("ConvInteger", ["q", "w", "qz", "wz"], ["acc"], pads=[1] * (2 * spatial),
+                              strides=[2] * spatial),
+             helper.make_node("Cast", ["acc"], ["y"], to=TensorProto.FLOAT)]
+    dims = [1, C, *["D", "H", "W"][3 - spatial:]]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    ranges = {"D": "4..16", "H": "4..16", "W": "4..256"}
+    engine = Engine(forgekit.from_onnx(model, dynamic={d: ranges[d] for d in dims[2:]}).compile(
+        target="host", output_path=tmp_path / "a").path)
+    for size in ((9, 131), (6, 17)):  # (D and H, W)
+        x = rng.standard_normal((1, C, *([size[0]] * (spatial - 1) + [size[1]]))).astype(np.float32)
+        np.testing.assert_array_equal(engine.infer(x)[0], ort_run(model, {"x": x})[0])
