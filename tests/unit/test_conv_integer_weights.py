@@ -33,7 +33,8 @@ def _model(w_dtype: str, zp: str, group: int, pads: int, stride: int):
     wshape = (M, C // group, 3, 3)
     if w_dtype == "uint8":
         w = rng.integers(0, 256, wshape).astype(np.uint8)
-        zps = {"none": None, "tensor": np.array([121], np.uint8), "channel": rng.integers(90, 160, M).astype(np.uint8)}[zp]
+        zps = {"none": None, "tensor": np.array([121], np.uint8),
+               "channel": rng.integers(90, 160, M).astype(np.uint8)}[zp]
     else:
         w = rng.integers(-128, 128, wshape).astype(np.int8)
         zps = {"none": None, "tensor": np.array([-7], np.int8), "channel": rng.integers(-20, 20, M).astype(np.int8)}[zp]
