@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def _elements(expr: Any) -> int | None:
+def static_elements(expr: Any) -> int | None:
+    """How many elements ``expr`` (a Relax tensor) has, or None when a dimension is symbolic or unknown."""
     values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
     if values is None:
         return None
@@ -53,12 +54,13 @@ def quantize_keeps_layout_pass() -> Any:
 
         def visit_var_binding_(self, binding: Any) -> None:
             value = self.visit_expr(binding.value)
-            if isinstance(binding.var, relax.DataflowVar) and isinstance(value, relax.Call):  # a block's
-                if value.op == permute:                                    # outputs keep their bindings
+            # a dataflow block's outputs keep their bindings: a var used after the block is not re-pointed
+            if isinstance(binding.var, relax.DataflowVar) and isinstance(value, relax.Call):
+                if value.op == permute:
                     self._permute(binding, value)
                     return
                 if (value.op == quantize and value.args[0] in self.permuted
-                        and all(_elements(a) == 1 for a in value.args[1:3])):
+                        and all(static_elements(a) == 1 for a in value.args[1:3])):
                     source, axes = self.permuted[value.args[0]]
                     inner = self.builder_.emit(relax.Call(quantize, [source, *value.args[1:]], value.attrs))
                     self._permute(binding, relax.op.permute_dims(inner, axes))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...passes.quantize_layout import static_elements
+
 #: Largest result (elements) kept apart: a per-channel vector (a bias, a scale), not an activation.
 SMALL = 4096
 #: The reader's result at least this many times larger: recomputing per element is what costs.
@@ -30,19 +32,6 @@ RATIO = 16
 HOPS = 8
 #: relax OpPatternKind values.
 _INJECTIVE, _OUT_EWISE_FUSABLE, _OPAQUE = 2, 4, 8
-
-
-def _numel(expr: Any) -> int | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None:
-        return None
-    total = 1
-    for dim in values:
-        if not hasattr(dim, "value"):
-            return None
-        total *= int(dim.value)
-    return total
 
 
 def _symbolic(expr: Any) -> bool:
@@ -90,12 +79,12 @@ def keep_epilogue_operands_apart() -> Any:
 
         picked = set()
         for var, call in producer.items():
-            size = _numel(var)
+            size = static_elements(var)
             kind = pattern(mod, call)
             if size is None or size > SMALL or kind is None or kind > _INJECTIVE:
                 continue
             for out, user in users.get(var, []):
-                big, user_kind = _numel(out), pattern(mod, user)
+                big, user_kind = static_elements(out), pattern(mod, user)
                 # a symbolic reader counts as large: with the recognizer's width dynamic, the chain fused back
                 # into all 20 convolutions (7-8 s to lower each, 7 min to compile the artifact's three levels)
                 large = _symbolic(out) if big is None else big >= RATIO * max(size, 1)
