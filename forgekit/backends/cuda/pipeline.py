@@ -17,10 +17,13 @@ extension is compiled into the library when the executable makes any (:func:`.ex
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ...errors import ToolchainError
 from ...options import GpuKernels
+
+log = logging.getLogger("forgekit.backends.cuda")
 
 
 def uses_cudnn(kernels: GpuKernels, host_arch: str) -> bool:
@@ -50,7 +53,8 @@ def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKern
     import tvm
     from tvm.relax.backend.cuda import pipeline as cuda
 
-    legalize = cuda.legalize_passes(target)
+    legalize = [guarded_default_schedule() if p.info.name == "ApplyDefaultSchedule" else p
+                for p in cuda.legalize_passes(target)]
     if opt_level < 2:
         legalize = [p for p in legalize if p.info.name not in ("FuseOps", "FuseTIR")]
     vendor = []
@@ -73,6 +77,35 @@ def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKern
             ])(mod)
 
     return pipeline
+
+
+def guarded_default_schedule() -> Any:
+    """TVM's default GPU schedule (DLight's Matmul, GEMV, Reduction, GeneralReduction and Fallback rules, in its
+    order), where a rule that raises on a kernel passes it to the next rule instead of failing the build.
+
+    DLight's GEMV rule took a depthwise conv1d's loop nest (and a depthwise conv2d of height 1) and asserted on
+    it ("'Add' object has no attribute 'value'": a tile extent it expects to be the literal 1), so such a model
+    did not build for CUDA with TVM's kernels; the reduction rules schedule it.  A rule returns None for what
+    it does not take; raising is a rule's bug, not a verdict on the kernel."""
+    from tvm.s_tir import dlight as dl
+
+    class Guarded(dl.ScheduleRule):
+        def __init__(self, rule: Any) -> None:
+            self.rule = rule
+
+        def apply(self, func: Any, target: Any, tunable: bool) -> Any:
+            try:
+                return self.rule.apply(func, target, tunable)
+            except Exception as exc:  # noqa: BLE001 - any assertion inside a rule's analysis
+                log.debug("DLight %s raised on a kernel (%s); trying the next rule", type(self.rule).__name__,
+                          exc)
+                return None
+
+        def is_target_available(self, target: Any) -> bool:
+            return self.rule.is_target_available(target)
+
+    rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
+    return dl.ApplyDefaultSchedule(*(Guarded(rule) for rule in rules))
 
 
 def unfused_pipeline(target: Any) -> Any:
