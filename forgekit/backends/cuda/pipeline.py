@@ -2,7 +2,8 @@
 list): after forgekit's graph passes (:func:`forgekit.passes.graph_passes`, where ``Precision.FP16`` rewrites
 convolutions and matmuls to fp16 with fp32 accumulation), once per target::
 
-    phase 1  library dispatch          transposed convolutions as convolutions, convolutions to cuDNN
+    phase 1  library dispatch          batched matmuls over a derived length as over a variable (:mod:`.gemm_extents`),
+                                       transposed convolutions as convolutions, convolutions to cuDNN
                                        (:mod:`.cudnn`, ``--gpu-kernels``),
                                        then TVM's CUDA library offloads (none enabled by default)
     phase 2  legalize (+ fuse)         operators to TIR; FuseOps/FuseTIR from opt level 2 only
@@ -57,7 +58,9 @@ def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKern
                 for p in cuda.legalize_passes(target)]
     if opt_level < 2:
         legalize = [p for p in legalize if p.info.name not in ("FuseOps", "FuseTIR")]
-    vendor = []
+    from .gemm_extents import plain_gemm_extents_pass
+
+    vendor = [plain_gemm_extents_pass()]  # before any route: the matmuls are TVM's kernels either way
     if uses_cudnn(kernels, host_arch):
         from ...passes.conv_transpose import conv_transpose_as_conv_pass
         from .cudnn import route_convolutions_pass
