@@ -25,11 +25,12 @@ EXACT_INT8 = {"session.x64quantprecision": "1"}
 
 
 def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool = True,
-            optimized: bool = True) -> Any:
+            optimized: bool = True, initializers: Mapping[str, np.ndarray] | None = None) -> Any:
     """An onnxruntime CPU session on ``onnx_model`` with ``threads`` intra-op threads (1: deterministic);
     ``exact``: int8 products without onnxruntime's saturating x86 path (see :data:`EXACT_INT8`), for a
     reference to judge outputs by rather than a peer to time; ``optimized=False``: the graph as written, no
-    fusions (what :func:`noise_floor` compares the reference with)."""
+    fusions (what :func:`noise_floor` compares the reference with); ``initializers``: values that replace the
+    model's initializers of those names (onnxruntime's ``add_initializer``: the model file is not rewritten)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -46,8 +47,15 @@ def session(onnx_model: str | os.PathLike[str], threads: int = 1, *, exact: bool
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     for key, value in (EXACT_INT8.items() if exact else ()):
         options.add_session_config_entry(key, value)
+    # an OrtValue reads the numpy array's memory, which must outlive the session: it holds them (a session
+    # whose arrays were freed crashed onnxruntime, exit 139)
+    held = [(array, ort.OrtValue.ortvalue_from_numpy(array)) for array in (initializers or {}).values()]
+    for name, (_array, value) in zip(initializers or {}, held):
+        options.add_initializer(name, value)
     try:
-        return ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
+        sess.forgekit_initializers = held
+        return sess
     except Exception as exc:  # onnxruntime raises its own exception types
         raise ModelLoadError(f"onnxruntime cannot load '{onnx_model}': {first_line(str(exc))}") from None
 
@@ -157,18 +165,43 @@ def perturbation_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any],
     recognizer (21 of them before its LSTM), ten 64x160 inputs: forgekit against onnxruntime 0.085-0.30 (of
     outputs up to 16) with the same decoded text, onnxruntime against itself with its inputs nudged so
     0.15-0.33; one nudge alone gave 0 on 6 of the 10 (no value near a boundary moved).  Moving the inputs,
-    not the arithmetic, keeps the measure onnxruntime's own."""
-    sess, worst = session(onnx_model), [0.0] * len(expected)
+    not the arithmetic, keeps the measure onnxruntime's own.
+
+    A model fed no float (token ids) has no input to move: its float initializers (scales, norm weights,
+    embeddings) move instead.  A quantize_dynamic T5 encoder (traceforge-title-model 0.2.0, flan-t5-small,
+    32 DynamicQuantizeLinear), 29 real token ids: onnxruntime against itself with those nudged 0.15-0.21
+    (cosine 0.978-0.993), forgekit against onnxruntime 0.23 (0.984), the two first apart in an RMS norm's sum
+    over 512 values (its order) and, from there on, by flipped steps; on 11 ids nothing flips (3.6e-7)."""
+    floats = [k for k, v in fed.items() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+    weights = {} if floats else _float_initializers(onnx_model)
+    worst = [0.0] * len(expected)
+    sess = session(onnx_model)
     for ulps in (1, -1, 4, -4, 16, -16):
-        nudged = dict(fed)
-        for k, v in fed.items():
-            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-                for _ in range(abs(ulps)):
-                    v = np.nextafter(v, v.dtype.type(np.inf if ulps > 0 else -np.inf))
-                nudged[k] = v
-        moved = _per_output(run(sess, nudged), expected, _max_abs_difference)
+        nudged = {**fed, **{k: _nudge(fed[k], ulps) for k in floats}}
+        moved_sess = session(onnx_model, initializers={k: _nudge(v, ulps) for k, v in weights.items()}) \
+            if weights else sess
+        moved = _per_output(run(moved_sess, nudged), expected, _max_abs_difference)
         worst = [max(w, m) for w, m in zip(worst, moved)]
     return worst
+
+
+def _nudge(array: np.ndarray, ulps: int) -> np.ndarray:
+    """``array`` moved ``ulps`` representable floats up (positive) or down."""
+    dtype = array.dtype
+    for _ in range(abs(ulps)):
+        array = np.nextafter(array, dtype.type(np.inf if ulps > 0 else -np.inf))
+    return np.asarray(array, dtype)  # a 0-d array stays an array (nextafter returns a numpy scalar)
+
+
+def _float_initializers(onnx_model: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The main graph's float initializers by name (what :func:`perturbation_noise` moves when no input is a
+    float)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(onnx_model))
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+            if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)}
 
 
 def fp32_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any], expected: Sequence[np.ndarray]) -> list[float]:

@@ -39,9 +39,16 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, tvm.tirx.IntImm)) else None
 
 
-def _clamp(index: int, dim: Any) -> Any:
-    """ONNX's clamping of a slice bound (step > 0) into [0, dim]: an int for a static dim, else a PrimExpr."""
+def _clamp(index: Any, dim: Any) -> Any:
+    """ONNX's clamping of a slice bound (step > 0) into [0, dim]: an int for a static dim and bound, else a
+    PrimExpr; None for a symbolic bound whose sign is unknown (negative bounds count from the end)."""
     size = _int(dim)
+    if not isinstance(index, int):
+        sign = _sign(index)
+        if sign is None:
+            return None
+        dim = tvm.tirx.IntImm("int64", size) if size is not None else dim
+        return tvm.tirx.max(dim + index, tvm.tirx.IntImm("int64", 0)) if sign < 0 else tvm.tirx.min(index, dim)
     if size is not None:
         return max(0, min(index + size if index < 0 else index, size))
     if index >= HUGE_END:
@@ -51,6 +58,34 @@ def _clamp(index: int, dim: Any) -> Any:
     if index >= 0:
         return tvm.tirx.min(tvm.tirx.IntImm("int64", index), dim)
     return tvm.tirx.max(dim + tvm.tirx.IntImm("int64", index), tvm.tirx.IntImm("int64", 0))
+
+
+def _sign(value: Any) -> int | None:
+    """-1 / +1 where a symbolic slice bound is provably negative / non-negative (every shape variable at
+    least 1), else None.  ``x[:, -L:]`` (HF T5's ``position_bias[:, :, -seq_length:, :]``, with ``L`` read
+    off another tensor's shape) has the bound ``-L``: negative, so it counts from the end."""
+    analyzer = _analyzer(value)
+    if analyzer.can_prove(value < 0):
+        return -1
+    if analyzer.can_prove(value >= 0):
+        return 1
+    return None
+
+
+def _analyzer(value: Any) -> Any:
+    analyzer = tvm.sym.Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(value):
+        analyzer.update(var, tvm.sym.ConstIntBound(1, HUGE_END))
+    return analyzer
+
+
+def _bound(value: Any) -> Any:
+    """A slice bound as an int, or as the PrimExpr of a symbolic one (a ``PrimValue`` of the shape)."""
+    number = _int(value)
+    if number is not None:
+        return number
+    value = getattr(value, "value", value)
+    return value if isinstance(getattr(value, "ty", None), tvm.ir.PrimType) else None
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -70,10 +105,7 @@ def _simplify(value: Any) -> Any:
     ``x[0:1]`` on ``N`` is then 1 long, not ``min(1, N)``, which later broadcasting cannot resolve)."""
     if isinstance(value, int):
         return value
-    analyzer = tvm.sym.Analyzer()
-    for var in tvm.tirx.analysis.undefined_vars(value):
-        analyzer.update(var, tvm.sym.ConstIntBound(1, HUGE_END))
-    out = analyzer.simplify(value)
+    out = _analyzer(value).simplify(value)
     return _int(out) if _int(out) is not None else out
 
 
@@ -88,8 +120,8 @@ def _full_reversal(begin: int, end: int, stride: int) -> bool:
 
 
 def exact_strided_slice(call: Any) -> Any:
-    """``call`` (a ``strided_slice`` with constant bounds) made exact on its symbolic dimensions, or None
-    (not a strided_slice, no symbolic dimension sliced, bounds not constant, a negative step on a symbolic
+    """``call`` (a ``strided_slice``) made exact on its symbolic dimensions and bounds, or None (not a
+    strided_slice, nothing symbolic sliced, a symbolic bound of unknown sign, a negative step on a symbolic
     dimension that is not a full reversal)."""
     if call.op.name != "relax.strided_slice":
         return None
@@ -99,13 +131,16 @@ def exact_strided_slice(call: Any) -> Any:
     dims = list(data_ty.shape.values)
     axes, begins, ends = (list(getattr(a, "fields", a)) for a in call.args[1:4])
     strides = list(getattr(call.args[4], "fields", call.args[4])) if len(call.args) > 4 else [1] * len(axes)
-    parsed = [tuple(_int(v) for v in item) for item in zip(axes, begins, ends, strides)]
+    parsed = [(_int(a), _bound(b), _bound(e), _int(st)) for a, b, e, st in zip(axes, begins, ends, strides)]
     if any(None in item for item in parsed):
         return None
-    symbolic = [_int(dims[a % len(dims)]) is None for a, _, _, _ in parsed]
+    # symbolic: a symbolic dimension, or a symbolic bound (x[:, -L:], mask[..., :L] with L another tensor's)
+    symbolic = [_int(dims[a % len(dims)]) is None or not isinstance(b, int) or not isinstance(e, int)
+                for a, b, e, _ in parsed]
     if not any(symbolic):
-        return None  # TVM's own arithmetic is exact on static dims
-    if any(st <= 0 and not _full_reversal(b, e, st) for (_, b, e, st), sym in zip(parsed, symbolic) if sym):
+        return None  # TVM's own arithmetic is exact on static dims and bounds
+    if any(st <= 0 and not (isinstance(b, int) and isinstance(e, int) and _full_reversal(b, e, st))
+           for (_, b, e, st), sym in zip(parsed, symbolic) if sym):
         return None  # other negative steps on symbolic axes are left to TVM
     data = call.args[0]
     for (axis, begin, end, stride), sym in zip(parsed, symbolic):
@@ -120,10 +155,13 @@ def exact_strided_slice(call: Any) -> Any:
         if stride < 0:
             continue  # a reversal, done above
         dim = dims[axis % len(dims)]
-        if begin == 0 and stride == 1 and end >= HUGE_END:
+        if begin == 0 and stride == 1 and isinstance(end, int) and end >= HUGE_END:
             continue  # the whole axis: no slicing at all
-        lo = _simplify(_clamp(begin, dim))
-        keep.append((axis, lo, _simplify(_max(_clamp(end, dim), lo)), stride))
+        lo, hi = _clamp(begin, dim), _clamp(end, dim)
+        if lo is None or hi is None:
+            return None  # a symbolic bound of unknown sign: TVM's slice
+        lo = _simplify(lo)
+        keep.append((axis, lo, _simplify(_max(hi, lo)), stride))
     if not keep:
         return data
     axes_, begins_, ends_, strides_ = (list(part) for part in zip(*keep))

@@ -167,6 +167,33 @@ def test_slice_on_symbolic_dims(starts, ends, axes, steps):
     _check(_model(nodes, ["N", 6, "W"], inits=inits, opset=13), [(1, 6, 5), (3, 6, 9), (8, 6, 2)])
 
 
+SHAPE_BOUNDS = [
+    # (start, end) on axis 1 of x [N, A, B] or [N, 6, B]; "B" / "-B": the size of axis 2, read off x's shape
+    ("-B", None),  # x[:, -B:]: HF T5's position_bias[:, :, -seq_length:, :] (was: length A + INT64_MAX, wrong)
+    (None, "B"),   # x[:, :B]: a mask cut to the key length
+    ("B", None),   # x[:, B:]
+    ("-B", "-1"),  # a symbolic start and a constant negative end
+]
+
+
+@pytest.mark.parametrize("start,end", SHAPE_BOUNDS)
+@pytest.mark.parametrize("dims", [["N", "A", "B"], ["N", 6, "B"]])
+def test_slice_bounds_read_off_a_shape(start, end, dims):
+    """Slice bounds that are another dim's size (Shape -> Gather -> Neg -> Unsqueeze): negative ones count from
+    the end, as ONNX says.  TVM's converter gave ``x[:, -B:]`` the length ``A + INT64_MAX`` (its
+    ``assume_inbound`` slice): a reshape after it read ``8 * A - 8`` elements, or the build overflowed."""
+    ints = {"two": 2, "zero": [0], "one": [1], "big": [INT64_MAX], "minus1": [-1], "flat": [0, -1]}
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()]
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "two"], ["b"], axis=0),
+             helper.make_node("Neg", ["b"], ["nb"]),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["B"]), helper.make_node("Unsqueeze", ["nb", "zero"], ["-B"])]
+    bounds = [{"-B": "-B", "B": "B", "-1": "minus1", None: default}[v] for v, default in ((start, "zero"), (end, "big"))]
+    nodes += [helper.make_node("Slice", ["x", *bounds, "one"], ["v"]),
+              helper.make_node("Reshape", ["v", "flat"], ["y"])]  # a consumer that needs the exact extent
+    sizes = [(1, 6, 4), (2, 6, 9), (1, 6, 6)] if dims[1] == 6 else [(1, 6, 4), (2, 3, 5), (1, 4, 4)]
+    _check(_model(nodes, dims, inits=inits, opset=13), sizes)
+
+
 def test_slice_then_shape_ops_import_with_exact_extents():
     """A slice's extent feeds Squeeze, Reshape and broadcasting, which must prove it (was: import errors)."""
     inits = [numpy_helper.from_array(np.array(v, np.int64), n)

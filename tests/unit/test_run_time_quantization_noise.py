@@ -60,3 +60,37 @@ def test_a_value_on_a_rounding_boundary_gives_one_step_of_noise(tmp_path: Path) 
             assert abs(noise - scale) < 1e-5
             return
     raise AssertionError("no value on a rounding boundary found")
+
+
+def _embedding_model(path: Path, table: np.ndarray) -> Path:
+    """y = DynamicQuantizeLinear(table[ids]) dequantized: a model fed token ids, no float."""
+    from onnx import numpy_helper
+
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["x"], axis=0),
+             helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(table, "table")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_model_fed_token_ids_moves_its_float_weights() -> None:
+    """No float input to nudge (a T5 encoder takes ids): the float initializers move instead, and a table
+    value on a rounding boundary gives one step of noise (was 0: every difference then failed verify,
+    exit 13, on a quantize_dynamic T5 encoder that onnxruntime itself moves by 0.15-0.21)."""
+    import tempfile
+
+    scale = np.float32(2.55) / np.float32(255)
+    fed = {"ids": np.array([0], np.int64)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(1, 200):
+            table = np.tile(np.linspace(0.1, 2.55, 8, dtype=np.float32), (4, 1))
+            table[0, 0] = np.float32((k + 0.5) * scale)
+            path = _embedding_model(Path(tmp) / f"m{k}.onnx", table)
+            noise = reference.perturbation_noise(path, fed, reference.run(reference.session(path), fed))[0]
+            if noise > scale / 2:
+                assert abs(noise - scale) < 1e-5
+                return
+    raise AssertionError("no table value on a rounding boundary flipped when the weights moved")
