@@ -12,8 +12,8 @@ One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), :mod:`.quant_lstm`
 (com.microsoft DynamicQuantizeLSTM), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
-:mod:`.pool` (SAME padding), :mod:`.shapes` (integer casts of symbolic shapes), :mod:`.expand` (broadcasting
-on symbolic dimensions), :mod:`.squeeze` (Squeeze without axes on symbolic dimensions: the rank the model
+:mod:`.pool` (SAME padding), :mod:`.power` (an exponent of another type), :mod:`.shapes` (integer casts
+of symbolic shapes), :mod:`.expand` (broadcasting on symbolic dimensions), :mod:`.squeeze` (Squeeze without axes on symbolic dimensions: the rank the model
 declares); :mod:`.loop` (ONNX Loop as a recursive Relax function).
 """
 
@@ -26,14 +26,14 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import expand, loop, onehot, pool, quant, quant_lstm, resize, rnn, shapes, slicing, squeeze
+from . import expand, loop, onehot, pool, power, quant, quant_lstm, resize, rnn, shapes, slicing, squeeze
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
 EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **quant_lstm.CONVERTERS,
                                      **slicing.CONVERTERS,
                                      **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS,
                                      **shapes.CONVERTERS, **loop.CONVERTERS,
-                                     **expand.CONVERTERS, **squeeze.CONVERTERS}
+                                     **expand.CONVERTERS, **squeeze.CONVERTERS, **power.CONVERTERS}
 
 #: ops handled outside the convert map: If by the frontend itself, Scan rewritten as a Loop before
 #: conversion (importer/loops.py).
