@@ -13,7 +13,8 @@ cannot stop the rest; default timeout 900 s):
    stay symbolic, ``dynamic`` bounds them (``{"height": "32..2048:32"}``: multiples of 32, for detectors);
 2. ``ir.compile("x86-64", output_path=<tmpdir>, opt_level=3)``, then ``forgekit.Engine(<tmpdir>)``;
 3. for every combination of ``sizes`` (cartesian product): seeded inputs (floats ~U[0,1), integers in
-   [0, int_high), inputs listed in ``zeros`` all zero, frozen inputs at their value for onnxruntime),
+   [0, int_high), inputs listed in ``zeros`` all zero and in ``ones`` all one, frozen inputs at their value
+   for onnxruntime),
    ``engine.infer(*inputs)`` and onnxruntime (CPU, original model) on the same arrays.
 
 Pass criterion: for every output of every size, shapes match and
@@ -132,6 +133,7 @@ def make_feeds(entry: dict, model_inputs, combo: dict[str, int], seed: int = 0) 
 
     rng = np.random.default_rng(seed)
     zeros = set(entry.get("zeros", []))
+    ones = set(entry.get("ones", []))  # attention masks: every token is real
     freeze = entry.get("freeze", {})
     int_high = int(entry.get("int_high", 10))
     feeds = {}
@@ -145,6 +147,8 @@ def make_feeds(entry: dict, model_inputs, combo: dict[str, int], seed: int = 0) 
         shape = [combo[d] if isinstance(d, str) else d for d in entry["inputs"][name]]
         if name in zeros:
             feeds[name] = np.zeros(shape, dt)
+        elif name in ones:
+            feeds[name] = np.ones(shape, dt)
         elif dt.kind == "f":
             feeds[name] = rng.random(shape, dtype=np.float64).astype(dt)
         elif dt.kind in "iu":
@@ -418,7 +422,7 @@ def table(results: list[dict], order: list[str]) -> str:
     rows.append(f"\n{n_pass}/{len(results)} pass (rtol {RTOL:g}, atol {ATOL_REL:g}·max|ref|; sizes in "
                 f"dynamic-dims order; ✗ = not allclose; † = differs from onnxruntime, matches the ONNX spec's "
                 f"evaluator onnx.reference, which onnxruntime does not; ‡ = quantizes at run time, within 4x of how far "
-                f"onnxruntime moves itself when its inputs move by 1-16 ulps)")
+                f"onnxruntime moves itself when its inputs (fed no float: its float weights) move by 1-16 ulps)")
     return "\n".join(rows)
 
 
