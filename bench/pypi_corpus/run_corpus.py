@@ -421,8 +421,8 @@ def table(results: list[dict], order: list[str]) -> str:
     n_pass = sum(r["status"] == "pass" for r in results)
     rows.append(f"\n{n_pass}/{len(results)} pass (rtol {RTOL:g}, atol {ATOL_REL:g}·max|ref|; sizes in "
                 f"dynamic-dims order; ✗ = not allclose; † = differs from onnxruntime, matches the ONNX spec's "
-                f"evaluator onnx.reference, which onnxruntime does not; ‡ = quantizes at run time, within 4x of how far "
-                f"onnxruntime moves itself when its inputs (fed no float: its float weights) move by 1-16 ulps)")
+                f"evaluator onnx.reference, which onnxruntime does not; ‡ = quantizes at run time, within 4x of how "
+                f"far onnxruntime moves itself when its inputs (fed no float: its float weights) move by 1-16 ulps)")
     return "\n".join(rows)
 
 

@@ -87,8 +87,8 @@ def bench(
         how = (f"least cosine {result.extra['min_cosine']:.6f}{own}, reduced-precision artifact; "
                if "min_cosine" in result.extra else
                f"within {NOISE_FACTOR:g}x onnxruntime's own noise {result.extra['noise_floor']:.1e} (optimized vs "
-               "unoptimized graph, or for a model that quantizes at run time inputs (or weights, fed no float) a few ulps "
-               "apart) on this "
+               "unoptimized graph, or for a model that quantizes at run time inputs (or weights, fed no float) a "
+               "few ulps apart) on this "
                "ill-conditioned output; " if "noise_floor" in result.extra else "")
         print(f"outputs       {'match' if result.outputs_match else 'DIFFER from'} onnxruntime's "
               f"({how}max abs error {result.max_abs_error:.2e})")

@@ -121,7 +121,8 @@ def restore_quotient_prologue(mod: Any) -> Any:
     TVM then reads ``H_div32 = H // 32`` off the ``match_cast`` and writes ``H // 32`` wherever ``H_div32`` was,
     and FuseTIR refuses the call of a kernel that takes the quotient as its shape argument ("All shape inputs
     are expected to be single tirx var"): YOLOv8's anchor grid, an ``arange`` over ``H_div32``, at a dynamic
-    image size.  Typed ``R.Shape(ndim=n)`` (n stepped dims) the quotient stays a variable, as in an uncalibrated build."""
+    image size.  Typed ``R.Shape(ndim=n)`` (n stepped dims) the quotient stays a variable, as in an uncalibrated
+    build."""
     from tvm import relax
 
     main = mod["main"]

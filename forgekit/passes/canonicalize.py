@@ -109,7 +109,8 @@ class Canonicalizer(relax.PyExprMutator):
         if call.op.name != "relax.power" or len(call.args) != 2:
             return None
         x, exponent = call.args[0], self._const(call.args[1])
-        if exponent is None or exponent.size != 1 or not str(getattr(x.ty, "dtype", "")).startswith(("float", "bfloat")):
+        dtype = str(getattr(x.ty, "dtype", ""))
+        if exponent is None or exponent.size != 1 or not dtype.startswith(("float", "bfloat")):
             return None
         if getattr(x.ty, "ndim", -1) < exponent.ndim:
             return None  # the exponent's shape would broadcast the result

@@ -187,7 +187,8 @@ def test_slice_bounds_read_off_a_shape(start, end, dims):
     nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "two"], ["b"], axis=0),
              helper.make_node("Neg", ["b"], ["nb"]),
              helper.make_node("Unsqueeze", ["b", "zero"], ["B"]), helper.make_node("Unsqueeze", ["nb", "zero"], ["-B"])]
-    bounds = [{"-B": "-B", "B": "B", "-1": "minus1", None: default}[v] for v, default in ((start, "zero"), (end, "big"))]
+    names = {"-B": "-B", "B": "B", "-1": "minus1"}
+    bounds = [names.get(v, default) for v, default in ((start, "zero"), (end, "big"))]
     nodes += [helper.make_node("Slice", ["x", *bounds, "one"], ["v"]),
               helper.make_node("Reshape", ["v", "flat"], ["y"])]  # a consumer that needs the exact extent
     sizes = [(1, 6, 4), (2, 6, 9), (1, 6, 6)] if dims[1] == 6 else [(1, 6, 4), (2, 3, 5), (1, 4, 4)]
