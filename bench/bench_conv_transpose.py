@@ -4,7 +4,10 @@
 
 Each case is a single-op model: ConvTranspose(C -> C, KxK, stride s) on a 1 x C x size x size input, and a
 Conv(C -> C, KxK, stride 1, same padding) on the same input, which makes exactly as many multiply-adds
-(C*C*size*size*K*K).  GFLOP/s counts those real MACs (x2) for both, so zero taps a rewrite computes count
+(C*C*size*size*K*K).  A stride-1 3x3 Conv runs Winograd (2.25 multiplies per output where direct takes 9), which
+no phase of a strided ConvTranspose can match (stop 45's note), so strided cases also time the Conv whose
+adjoint the ConvTranspose is ("adj": KxK, stride s, on the ConvTranspose's output size, down to size x size:
+the same weights and multiply-adds, computed directly as any strided conv is).  GFLOP/s counts those real MACs (x2) for both, so zero taps a rewrite computes count
 against it.  ``--stock`` also times the ConvTranspose with forgekit's rewrite disabled (TVM's loop nest: what
 ran before).  All artifacts are compiled for ``host`` first, then timed in interleaved rounds (median of
 per-round medians), same threads; this shared machine's absolute numbers drift, the ratios much less.
@@ -44,7 +47,12 @@ def models(kernel: int, stride: int, pad: int, out_pad: int, c: int, size: int):
     before, after = (kernel - 1) // 2, kernel // 2  # same padding: size x size out, size*size*K*K taps per channel pair
     conv = model(helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[kernel] * 2,
                                   pads=[before, before, after, after]), size)
-    return ct, conv
+    adjoint = None
+    if stride > 1:  # the conv this ConvTranspose is the transpose of: out x out -> size x size
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, out, out])
+        adjoint = model(helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2,
+                                         pads=[pad] * 4), size)
+    return ct, conv, adjoint
 
 
 def _compute(kernel: str) -> bool:
@@ -79,11 +87,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="forgekit-convt-"))
     engines, rows = {}, []
     x = np.random.default_rng(0).standard_normal((1, args.channels, args.size, args.size)).astype(np.float32)
+    feeds = {}  # the adjoint convs read the ConvTranspose's output size
     for case in CASES:
-        ct, conv = models(*case, args.channels, args.size)
+        ct, conv, adjoint = models(*case, args.channels, args.size)
         for prec in precisions:
             opts = {"set_bfloat16": True} if prec == "bf16" else {}
-            for kind, model in (("convT", ct), ("conv", conv)):
+            for kind, model in (("convT", ct), ("conv", conv), ("adj", adjoint)):
+                if model is None:
+                    continue
                 key = (case, prec, kind)
                 engines[key] = Engine(forgekit.from_onnx(model).compile(
                     target="host", output_path=work / "-".join(map(str, (*case, prec, kind))), **opts).path)
@@ -98,17 +109,23 @@ def main() -> None:
         print(f"compiled k{case[0]} s{case[1]}", file=sys.stderr, flush=True)
     times: dict = {key: [] for key in engines}
     kernels: dict = {key: [] for key in engines}  # per round: ms of the compute kernels (no layout transposes)
+    for key in engines:
+        if key[2] == "adj":
+            k, st, pad, op = key[0]
+            out = (args.size - 1) * st + k + op - 2 * pad
+            feeds[key] = np.random.default_rng(1).standard_normal((1, args.channels, out, out)).astype(np.float32)
     for _ in range(args.rounds):
         for key, engine in engines.items():
-            times[key].append(statistics.median(time_calls(lambda: engine.infer(x), args.runs, warmup=2)))
-            kernels[key].append(sum(r.ms for r in profile_engine(engine, [x], runs=args.runs) if _compute(r.name)))
+            xi = feeds.get(key, x)
+            times[key].append(statistics.median(time_calls(lambda: engine.infer(xi), args.runs, warmup=2)))
+            kernels[key].append(sum(r.ms for r in profile_engine(engine, [xi], runs=args.runs) if _compute(r.name)))
     macs = {case: args.channels ** 2 * args.size ** 2 * case[0] ** 2 for case in CASES}
     print(f"C={args.channels} in={args.size}x{args.size} batch 1, {args.threads} threads, median of {args.rounds} "
           f"interleaved rounds x {args.runs} calls; GFLOP/s = 2*MACs/time, 'kern': the conv kernels alone "
           "(profiled), 'all': the whole single-op model (NCHW<->NHWC transposes, convT's shuffle)")
     head = (f"{'k':>2} {'s':>2} {'pad':>3} {'opad':>4} {'prec':>4} {'MMAC':>6} {'convT ms':>8} {'conv ms':>8} "
             f"{'convT kern':>10} {'conv kern':>9} {'ratio':>5} {'convT all':>9} {'conv all':>8} {'ratio':>5}")
-    print(head + (f" {'stock ms':>8} {'stock GF/s':>10}" if args.stock else ""))
+    print(head + f" {'adj kern':>8} {'ratio':>5}" + (f" {'stock ms':>8} {'stock GF/s':>10}" if args.stock else ""))
     for case in CASES:
         for prec in precisions:
             t = {kind: statistics.median(times[(case, prec, kind)]) for kind in ("convT", "conv")}
@@ -118,6 +135,11 @@ def main() -> None:
             line = (f"{case[0]:>2} {case[1]:>2} {case[2]:>3} {case[3]:>4} {prec:>4} {macs[case] / 1e6:>6.1f} "
                     f"{t['convT']:>8.3f} {t['conv']:>8.3f} {kg['convT']:>10.1f} {kg['conv']:>9.1f} "
                     f"{kg['conv'] / kg['convT']:>5.2f} {gf['convT']:>9.1f} {gf['conv']:>8.1f} {gf['conv'] / gf['convT']:>5.2f}")
+            if (case, prec, "adj") in kernels:
+                ka = 2 * macs[case] / (statistics.median(kernels[(case, prec, "adj")]) * 1e-3) / 1e9
+                line += f" {ka:>8.1f} {ka / kg['convT']:>5.2f}"
+            else:
+                line += f" {'-':>8} {'-':>5}"
             if (case, prec, "stock") in times:
                 ts = statistics.median(times[(case, prec, "stock")])
                 line += f" {ts:>8.3f} {2 * macs[case] / (ts * 1e-3) / 1e9:>10.1f}"
