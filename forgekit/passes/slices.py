@@ -63,13 +63,19 @@ def _clamp(index: Any, dim: Any) -> Any:
 def _sign(value: Any) -> int | None:
     """-1 / +1 where a symbolic slice bound is provably negative / non-negative (every shape variable at
     least 1), else None.  ``x[:, -L:]`` (HF T5's ``position_bias[:, :, -seq_length:, :]``, with ``L`` read
-    off another tensor's shape) has the bound ``-L``: negative, so it counts from the end."""
+    off another tensor's shape of the same length) has the bound ``-L``: negative, so it counts from the end,
+    and its clamp ``max(L - L, 0)`` is 0 (TVM's slice took ``-L`` as in range: ``L + INT64_MAX`` long)."""
     analyzer = _analyzer(value)
     if analyzer.can_prove(value < 0):
         return -1
     if analyzer.can_prove(value >= 0):
         return 1
     return None
+
+
+def _unproven(*values: Any) -> bool:
+    """Whether a simplified slice bound still holds the ``min``/``max`` of its clamp (it was not proven)."""
+    return any(isinstance(v, (tvm.tirx.Min, tvm.tirx.Max)) for v in values)
 
 
 def _analyzer(value: Any) -> Any:
@@ -160,8 +166,14 @@ def exact_strided_slice(call: Any) -> Any:
         lo, hi = _clamp(begin, dim), _clamp(end, dim)
         if lo is None or hi is None:
             return None  # a symbolic bound of unknown sign: TVM's slice
-        lo = _simplify(lo)
-        keep.append((axis, lo, _simplify(_max(hi, lo)), stride))
+        lo, hi = _simplify(lo), _simplify(_max(hi, lo))
+        if not (isinstance(begin, int) and isinstance(end, int)) and _unproven(lo, hi):
+            # a symbolic bound whose clamp does not simplify (``table[:, :L]`` on a static 512: ``min(L, 512)``):
+            # TVM's slice, which takes the bound as in range.  The exact extent would be right, but no later
+            # op could prove it equal to ``L``: a BERT-style position table added to [B, L, C] then failed to
+            # import where TVM's slice had imported (and matched onnxruntime) at every L up to 512
+            return None
+        keep.append((axis, lo, hi, stride))
     if not keep:
         return data
     axes_, begins_, ends_, strides_ = (list(part) for part in zip(*keep))

@@ -168,31 +168,42 @@ def test_slice_on_symbolic_dims(starts, ends, axes, steps):
 
 
 SHAPE_BOUNDS = [
-    # (start, end) on axis 1 of x [N, A, B] or [N, 6, B]; "B" / "-B": the size of axis 2, read off x's shape
-    ("-B", None),  # x[:, -B:]: HF T5's position_bias[:, :, -seq_length:, :] (was: length A + INT64_MAX, wrong)
-    (None, "B"),   # x[:, :B]: a mask cut to the key length
-    ("B", None),   # x[:, B:]
-    ("-B", "-1"),  # a symbolic start and a constant negative end
+    # (start, end) on the last axis of x [N, A, B], read off that axis's own size B
+    ("-B", None),  # x[..., -B:]: HF T5's position_bias[:, :, -seq_length:, :] (was: length B + INT64_MAX, wrong)
+    ("-B", "-1"),  # x[..., -B:-1]: a symbolic start and a constant negative end
+    (None, "B"),   # x[..., :B]: a mask cut to the key length
 ]
 
 
 @pytest.mark.parametrize("start,end", SHAPE_BOUNDS)
-@pytest.mark.parametrize("dims", [["N", "A", "B"], ["N", 6, "B"]])
-def test_slice_bounds_read_off_a_shape(start, end, dims):
-    """Slice bounds that are another dim's size (Shape -> Gather -> Neg -> Unsqueeze): negative ones count from
-    the end, as ONNX says.  TVM's converter gave ``x[:, -B:]`` the length ``A + INT64_MAX`` (its
-    ``assume_inbound`` slice): a reshape after it read ``8 * A - 8`` elements, or the build overflowed."""
-    ints = {"two": 2, "zero": [0], "one": [1], "big": [INT64_MAX], "minus1": [-1], "flat": [0, -1]}
+def test_slice_bounds_read_off_a_shape(start, end):
+    """Slice bounds that are a dim's size (Shape -> Gather -> Neg -> Unsqueeze): negative ones count from the
+    end, as ONNX says.  TVM's converter gave ``x[..., -B:]`` the length ``B + INT64_MAX`` (its ``assume_inbound``
+    slice): a reshape after it read ``8 * B - 8`` elements, or the build overflowed int64."""
+    ints = {"two": 2, "zero": [0], "axis": [2], "big": [INT64_MAX], "minus1": [-1], "flat": [0, -1]}
     inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()]
     nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "two"], ["b"], axis=0),
              helper.make_node("Neg", ["b"], ["nb"]),
              helper.make_node("Unsqueeze", ["b", "zero"], ["B"]), helper.make_node("Unsqueeze", ["nb", "zero"], ["-B"])]
     names = {"-B": "-B", "B": "B", "-1": "minus1"}
     bounds = [names.get(v, default) for v, default in ((start, "zero"), (end, "big"))]
-    nodes += [helper.make_node("Slice", ["x", *bounds, "one"], ["v"]),
+    nodes += [helper.make_node("Slice", ["x", *bounds, "axis"], ["v"]),
               helper.make_node("Reshape", ["v", "flat"], ["y"])]  # a consumer that needs the exact extent
-    sizes = [(1, 6, 4), (2, 6, 9), (1, 6, 6)] if dims[1] == 6 else [(1, 6, 4), (2, 3, 5), (1, 4, 4)]
-    _check(_model(nodes, dims, inits=inits, opset=13), sizes)
+    _check(_model(nodes, ["N", "A", "B"], inits=inits, opset=13), [(1, 6, 4), (2, 3, 5), (1, 4, 9)])
+
+
+def test_a_position_table_cut_to_the_input_length():
+    """``table[:, :L]`` with ``L`` read off the input, added to it (BERT-style position embeddings): imports and
+    matches.  The exact clamp ``min(L, 512)`` cannot be proven equal to ``L``, so such a slice keeps TVM's, which
+    takes the bound as in range (a first version of the fix above made this model fail to import)."""
+    table = np.random.default_rng(0).standard_normal((1, 512, 8)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("one", 1), ("zero", [0]), ("ax", [1]))]
+    inits.append(numpy_helper.from_array(table, "table"))
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "one"], ["l"], axis=0),
+             helper.make_node("Unsqueeze", ["l", "zero"], ["L"]),
+             helper.make_node("Slice", ["table", "zero", "L", "ax"], ["pos"]),
+             helper.make_node("Add", ["x", "pos"], ["y"])]
+    _check(_model(nodes, ["N", "L", 8], inits=inits, opset=13), [(1, 5, 8), (2, 77, 8)])
 
 
 def test_slice_then_shape_ops_import_with_exact_extents():
