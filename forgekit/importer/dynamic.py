@@ -27,6 +27,8 @@ from .errors import PrepareError
 LOWER, UPPER = "tir_var_lower_bound", "tir_var_upper_bound"
 #: ``main`` attribute: dimension name -> step, for dimensions that only take multiples of a step
 STEP = "forgekit_dim_step"
+#: ``main`` attribute: the dimensions whose upper bound is the model's own (:func:`bound_by_slices`)
+MODEL_MAX = "forgekit_dim_model_max"
 _RANGE = re.compile(r"^\s*(\d+)?\s*\.\.\s*(\d+)?\s*(?::\s*(\d+)\s*)?$")
 
 
@@ -37,6 +39,8 @@ class DimRange:
     min: int = 1
     max: int | None = None
     step: int = 1
+    #: the max is the model's own (a static axis it slices with the dimension: :func:`bound_by_slices`)
+    model_max: bool = False
 
     def __post_init__(self) -> None:
         if self.min < 1 or (self.max is not None and self.max < self.min):
@@ -48,7 +52,8 @@ class DimRange:
         return f"{self.min}..{'' if self.max is None else self.max}" + (f":{self.step}" if self.step != 1 else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"min": self.min, "max": self.max, **({"step": self.step} if self.step > 1 else {})}
+        return {"min": self.min, "max": self.max, **({"step": self.step} if self.step > 1 else {}),
+                **({"model_max": True} if self.model_max else {})}
 
     @property
     def quotient_bounds(self) -> tuple[int, int | None]:
@@ -121,6 +126,53 @@ def annotate(mod: Any, ranges: Mapping[str, DimRange]) -> Any:
     return mod
 
 
+def bound_by_slices(mod: Any) -> Any:
+    """``mod`` whose dynamic dimensions are bounded by the static axes they slice in range.
+
+    A slice bound read off an input's size that cannot be related to the axis it cuts (``table[:, :L]`` of a
+    512-row position table) keeps TVM's slice, which takes the bound as in range
+    (:func:`forgekit.passes.slices.exact_strided_slice`).  At ``L = 600`` that read 88 rows past the table and
+    returned them (NaN, exit 0) where onnxruntime refuses the input ("Attempting to broadcast an axis by a
+    dimension other than 1. 512 by 600").  So ``L`` gets the axis's size as its upper bound: the runtime refuses
+    a larger ``L`` with one line, before any kernel runs, and the metadata says so (``model.dynamic``)."""
+    from tvm import relax, tirx
+
+    main = mod["main"]
+    known = set(input_symbols(main))
+    limits: dict[str, int] = {}
+
+    def visit(expr: Any) -> None:
+        if not (isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.strided_slice"
+                and bool(expr.attrs.assume_inbound)):
+            return
+        dims = getattr(getattr(expr.args[0].ty, "shape", None), "values", None)
+        if dims is None:
+            return
+        axes, begins, ends = (list(getattr(a, "fields", a)) for a in expr.args[1:4])
+        for axis, *bounds in zip(axes, begins, ends):
+            size = dims[int(getattr(axis, "value", axis)) % len(dims)]
+            if not isinstance(size, tirx.IntImm):
+                continue
+            for bound in bounds:
+                bound = getattr(bound, "value", bound)
+                if isinstance(bound, tirx.Mul) and isinstance(bound.b, tirx.IntImm) and int(bound.b) == -1:
+                    bound = bound.a  # -L counts from the end: in range while L <= size
+                if isinstance(bound, tirx.Var) and bound.name in known:
+                    limits[bound.name] = min(limits.get(bound.name, int(size)), int(size))
+
+    relax.analysis.post_order_visit(main, visit)
+    upper = _bounds(main, UPPER)
+    tighter = {k: v for k, v in limits.items() if upper.get(k) is None or v < upper[k]}
+    if not tighter:
+        return mod
+    for name, value in tighter.items():
+        if value < _bounds(main, LOWER).get(name, 1):
+            raise PrepareError(f"Dynamic range of '{name}' is empty: the model slices {value} rows with it.")
+    mod = mod.clone() if hasattr(mod, "clone") else mod
+    mod["main"] = main.with_attr(UPPER, {**upper, **tighter}).with_attr(MODEL_MAX, {k: 1 for k in tighter})
+    return mod
+
+
 def _bounds(func: Any, key: str) -> dict[str, int]:
     attrs = func.attrs
     if attrs is None or key not in attrs:
@@ -132,4 +184,6 @@ def ranges_of(mod: Any) -> dict[str, DimRange]:
     """Every dynamic dimension of ``mod``'s ``main`` with its bounds (1.. when none were given)."""
     main = mod["main"]
     lower, upper, steps = _bounds(main, LOWER), _bounds(main, UPPER), _bounds(main, STEP)
-    return {name: DimRange(lower.get(name, 1), upper.get(name), steps.get(name, 1)) for name in input_symbols(main)}
+    own = _bounds(main, MODEL_MAX)
+    return {name: DimRange(lower.get(name, 1), upper.get(name), steps.get(name, 1), name in own)
+            for name in input_symbols(main)}

@@ -115,13 +115,13 @@ class IRModule(QuantizationMixin, PartitionMixin):
 
     @classmethod
     def _from_source(cls, source: Any, **options: bool) -> IRModule:
-        from ..importer.dynamic import annotate
+        from ..importer.dynamic import annotate, bound_by_slices
         from ..importer.pipeline import import_source
 
         imported = import_source(source)
         ir = cls(imported.mod, input_names=[i.name for i in imported.inputs],
                  output_names=[o.name for o in imported.outputs], source=source, **options)
-        ir._mod = annotate(ir._mod, source.dynamic)
+        ir._mod = bound_by_slices(annotate(ir._mod, source.dynamic))
         return ir
 
     # ------------------------------------------------------------------ introspection

@@ -146,6 +146,9 @@ def check_inputs(specs: Sequence[Mapping[str, Any]], arrays: Sequence[Any],
                 raise InputError(f"Input '{name}' dimension {axis} ('{want}') is {got}: it must be at least 1.")
             bounds = (ranges or {}).get(str(want)) or {}
             low, high = bounds.get("min") or 1, bounds.get("max")
+            if high is not None and got > high and bounds.get("model_max"):
+                raise InputError(f"Input '{name}' has {want}={got} (dimension {axis}); this model serves {want} up to "
+                                 f"{high}: it cuts an axis of {high} with {want} (a position table, a mask).")
             if got < low or (high is not None and got > high):
                 raise InputError(f"Input '{name}' has {want}={got} (dimension {axis}); this artifact serves {want} "
                                  f"from {low} to {high if high is not None else 'any size'}: recompile with "

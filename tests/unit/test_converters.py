@@ -192,10 +192,8 @@ def test_slice_bounds_read_off_a_shape(start, end):
     _check(_model(nodes, ["N", "A", "B"], inits=inits, opset=13), [(1, 6, 4), (2, 3, 5), (1, 4, 9)])
 
 
-def test_a_position_table_cut_to_the_input_length():
-    """``table[:, :L]`` with ``L`` read off the input, added to it (BERT-style position embeddings): imports and
-    matches.  The exact clamp ``min(L, 512)`` cannot be proven equal to ``L``, so such a slice keeps TVM's, which
-    takes the bound as in range (a first version of the fix above made this model fail to import)."""
+def _position_table_model():
+    """``x + table[:, :L]`` with ``L`` read off x [N, L, 8] and a 512-row table (BERT-style position embeddings)."""
     table = np.random.default_rng(0).standard_normal((1, 512, 8)).astype(np.float32)
     inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("one", 1), ("zero", [0]), ("ax", [1]))]
     inits.append(numpy_helper.from_array(table, "table"))
@@ -203,7 +201,32 @@ def test_a_position_table_cut_to_the_input_length():
              helper.make_node("Unsqueeze", ["l", "zero"], ["L"]),
              helper.make_node("Slice", ["table", "zero", "L", "ax"], ["pos"]),
              helper.make_node("Add", ["x", "pos"], ["y"])]
-    _check(_model(nodes, ["N", "L", 8], inits=inits, opset=13), [(1, 5, 8), (2, 77, 8)])
+    return _model(nodes, ["N", "L", 8], inits=inits, opset=13)
+
+
+def test_a_position_table_cut_to_the_input_length():
+    """The exact clamp ``min(L, 512)`` cannot be proven equal to ``L``, so such a slice keeps TVM's, which takes
+    the bound as in range: it imports and matches (a first version of the fix above made it fail to import)."""
+    _check(_position_table_model(), [(1, 5, 8), (2, 77, 8)])
+
+
+def test_a_length_past_the_table_is_refused(tmp_path):
+    """The same model at L = 600: TVM's in-range slice read 88 rows past the 512-row table and returned them
+    (NaN, exit 0) where onnxruntime refuses the input.  The artifact now serves L up to 512 and says so."""
+    import json
+
+    from forgekit.errors import InputError
+
+    # the user's range asks for more than the model can serve: the model's own bound wins
+    result = forgekit.from_onnx(_position_table_model(), dynamic={"L": "1..2048"}).compile(
+        "host", output_path=tmp_path / "a")
+    meta = json.loads((result.path / "metadata.json").read_text())
+    assert meta["model"]["dynamic"]["L"] == {"min": 1, "max": 512, "model_max": True}
+    engine = forgekit.Engine(result.path)
+    out = engine.infer({"x": np.ones((1, 512, 8), np.float32)})
+    assert np.asarray(out[0] if isinstance(out, (list, tuple)) else out).shape == (1, 512, 8)
+    with pytest.raises(InputError, match="serves L up to 512"):
+        engine.infer({"x": np.ones((1, 600, 8), np.float32)})
 
 
 def test_slice_then_shape_ops_import_with_exact_extents():
