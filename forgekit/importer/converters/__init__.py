@@ -13,8 +13,9 @@ One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (com.microsoft DynamicQuantizeLSTM), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
 :mod:`.pool` (SAME padding), :mod:`.power` (an exponent of another type), :mod:`.shapes` (integer casts
-of symbolic shapes), :mod:`.expand` (broadcasting on symbolic dimensions), :mod:`.squeeze` (Squeeze without axes on symbolic dimensions: the rank the model
-declares); :mod:`.loop` (ONNX Loop as a recursive Relax function).
+of symbolic shapes), :mod:`.expand` (broadcasting on symbolic dimensions), :mod:`.squeeze` (Squeeze without
+axes on symbolic dimensions: the rank the model declares); :mod:`.loop` (ONNX Loop as a recursive Relax
+function).
 """
 
 from __future__ import annotations
