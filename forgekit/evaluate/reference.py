@@ -175,7 +175,7 @@ def perturbation_noise(onnx_model: str | os.PathLike[str], fed: dict[str, Any],
     floats = [k for k, v in fed.items() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
     weights = {} if floats else _float_initializers(onnx_model)
     worst = [0.0] * len(expected)
-    sess = session(onnx_model)
+    sess = None if weights else session(onnx_model)  # moved weights need a session per nudge
     for ulps in (1, -1, 4, -4, 16, -16):
         nudged = {**fed, **{k: _nudge(fed[k], ulps) for k in floats}}
         moved_sess = session(onnx_model, initializers={k: _nudge(v, ulps) for k, v in weights.items()}) \
