@@ -280,7 +280,8 @@ def quantize_report(
     if json_out == "-":
         return
     for layer in rep["layers"]:
+        alone = f"  drop alone {layer['solo_drop']:.5f}" if "solo_drop" in layer else ""
         print(f"{layer['name']:24s} {layer['op']:7s} {layer['precision']:8s} cos {layer['cosine']:.5f}  "
-              f"snr {layer['snr_db']:7.2f} dB")
+              f"snr {layer['snr_db']:7.2f} dB{alone}")
     print(f"{rep['metric']}: {rep['agreement']:.5f} (drop {rep['accuracy_drop']:.5f}) on {rep['samples']} samples; "
           f"fp32 layers: {', '.join(rep['fp32_layers']) or 'none'}")

@@ -2,13 +2,13 @@
 
 Per quantizable op: cosine similarity and SNR (dB) between the fp32 and the quantized op output on the
 same inputs (errors of earlier layers included, as at deployment).  Outputs: top-1 agreement for
-classifier-shaped outputs (``[N, classes]``), mean cosine otherwise (also for L2-normalized
-``[N, D]`` embeddings).  The *accuracy drop* is
-``1 - agreement`` of the first output.
+classifier-shaped outputs (``[N, classes]``), otherwise the lower of the mean cosine and the mean
+cosine per channel (:mod:`.agreement`; also for L2-normalized ``[N, D]`` embeddings).  The *accuracy drop*
+is ``1 - agreement`` of the worst output.
 
-:func:`quantize_within_budget` keeps layers in fp32, least precisely quantized input first (see
-:func:`local_snr`; 1, 3, 7, ... layers), until the drop on the calibration samples is within
-``max_accuracy_drop``.
+:func:`quantize_within_budget` keeps layers in fp32, the one that costs the outputs most alone first (see
+:mod:`.sensitivity`; 1, 2, 4, ... layers, then bisection), until the drop on the calibration samples is
+within ``max_accuracy_drop``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 from . import graph
+from .agreement import agreement, cosine, output_entries
 
 if TYPE_CHECKING:
     import tvm
@@ -49,24 +50,9 @@ def _layer_tensors(mod: Any, quantized: bool, count: int, samples: Sequence[list
     return results
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
-    den = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / den) if den > 0 else float(np.array_equal(a, b))
-
-
 def _snr(a: np.ndarray, b: np.ndarray) -> float:
     sig, err = float(np.sum(a.astype(np.float64) ** 2)), float(np.sum((a.astype(np.float64) - b) ** 2))
     return float("inf") if err == 0 else 10 * np.log10(max(sig, 1e-30) / err)
-
-
-def _is_classifier(outputs: Sequence[np.ndarray]) -> bool:
-    """``[N, classes]`` scores, except L2-normalized rows: those are embeddings, compared by cosine."""
-    first = outputs[0]
-    if first.ndim != 2 or first.shape[1] < 2:
-        return False
-    norms = np.linalg.norm(first.astype(np.float64), axis=1)
-    return not np.allclose(norms, 1.0, atol=1e-3)
 
 
 def compare(float_mod: Any, quant_mod: Any, samples: Sequence[list[np.ndarray]],
@@ -83,20 +69,11 @@ def compare(float_mod: Any, quant_mod: Any, samples: Sequence[list[np.ndarray]],
         b = np.concatenate([g[1][op.index].ravel() for g in got])
         layers.append({"name": op.name, "op": op.op, "weight_shape": list(op.weight_shape),
                        "precision": "float32" if op.index in kept else "int8",
-                       "cosine": round(_cos(a, b), 6), "snr_db": round(_snr(a, b), 2)})
-    outputs = []
-    for k in range(len(ref[0][0])):
-        a = [r[0][k] for r in ref]
-        b = [g[0][k] for g in got]
-        entry: dict[str, Any] = {"index": k, "cosine": round(float(np.mean([_cos(x, y) for x, y in zip(a, b)])), 6)}
-        if _is_classifier(a):
-            agree = [np.mean(x.argmax(-1) == y.argmax(-1)) for x, y in zip(a, b)]
-            entry["top1_agreement"] = round(float(np.mean(agree)), 6)
-        outputs.append(entry)
-    first = outputs[0]
-    agreement = first.get("top1_agreement", first["cosine"])
-    return {"samples": len(samples), "metric": "top1_agreement" if "top1_agreement" in first else "cosine",
-            "agreement": agreement, "accuracy_drop": round(1.0 - agreement, 6), "outputs": outputs,
+                       "cosine": round(cosine(a, b), 6), "snr_db": round(_snr(a, b), 2)})
+    outputs = output_entries([r[0] for r in ref], [g[0] for g in got])
+    agree = agreement(outputs)
+    return {"samples": len(samples), "metric": "top1_agreement" if "top1_agreement" in outputs[0] else "cosine",
+            "agreement": agree, "accuracy_drop": round(1.0 - agree, 6), "outputs": outputs,
             "layers": layers, "fp32_layers": [layers[i]["name"] for i in kept]}
 
 
@@ -136,48 +113,51 @@ def local_snr(calib: Calibration | None, plans: dict[int, Any], index: int) -> f
 
 def quantize_within_budget(float_mod: tvm.IRModule, calib: Calibration | None, budget: float,
                            options: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """Quantize, keeping the lowest-SNR layers in fp32 until the accuracy drop is at most ``budget``."""
-    from . import plan as quantize_plan, quantize
+    """Quantize, keeping in fp32 the layers that cost the outputs most (each measured alone, see
+    :mod:`.sensitivity`) until the accuracy drop on the calibration samples is at most ``budget``."""
+    from . import depthwise_ops, narrow_ops, plan as quantize_plan, quantize
+    from .sensitivity import Mixer
 
     if not 0 <= budget <= 1:
         raise UsageError(f"max_accuracy_drop must be a fraction between 0 and 1 (e.g. 0.01), got {budget}.")
     samples = calib.extra.get("samples", []) if calib is not None else []
     if not samples:
         raise UsageError("max_accuracy_drop needs calibration samples to measure the drop: call ir.calibrate() first.")
-    n_ops = len(graph.describe(float_mod["main"]))
-    names = [op.name for op in graph.describe(float_mod["main"])]
-
-    def attempt(count: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        m, i = quantize(float_mod, calib, **options, keep_fp32=set(order[:count]))
-        # layers fp32 by policy (depthwise) and by the budget alike
-        return m, i, compare(float_mod, m, samples, [k for k, n in enumerate(names) if n in i["fp32_ops"]])
-
+    func = float_mod["main"]
+    policy = narrow_ops(func) | (set() if options.get("quantize_depthwise") else depthwise_ops(func))
+    plans, _ = quantize_plan(float_mod, calib, keep_fp32=policy,
+                             **{k: v for k, v in options.items() if k not in ("kernel_dtype", "bias_dtype",
+                                                                               "quantize_depthwise")})
+    mixer = Mixer(float_mod, plans, samples)
+    planned = set(plans)
     order: list[int] = []
-    mod, info, rep = attempt(0)
-    plans, _ = quantize_plan(float_mod, calib, **{k: v for k, v in options.items()
-                                           if k not in ("kernel_dtype", "bias_dtype", "quantize_depthwise")})
-    order = sorted((i for i in range(n_ops) if names[i] not in info["fp32_ops"]), key=lambda i: local_snr(calib, plans, i))
-    n_ops = len(order)
+    solo: dict[int, float] = {}
 
-    # doubling finds a count that meets the budget, then bisection the smallest one: each layer kept in
-    # fp32 costs speed, and doubling alone overshoots by up to 2x (measured on PP-OCRv4 rec: 31 layers
-    # kept for a budget that 25 meet)
-    lo, hi = 0, 1
-    while rep["accuracy_drop"] > budget and lo < n_ops:
-        hi = min(n_ops, hi)
-        mod, info, rep = attempt(hi)
-        if rep["accuracy_drop"] > budget:
+    def trial(count: int) -> float:
+        return mixer.drop(planned - set(order[:count]))
+
+    count = 0
+    if trial(0) > budget:
+        solo = mixer.solo_drops()
+        # the costliest alone first; the input's own quantization noise breaks ties (layers that cost nothing
+        # measurable alone can still add up)
+        order = sorted(planned, key=lambda i: (-solo[i], local_snr(calib, plans, i)))
+        # doubling finds a count that meets the budget, then bisection the smallest one: each layer kept in
+        # fp32 costs speed, and doubling alone overshoots by up to 2x (measured on PP-OCRv4 rec: 31 layers
+        # kept for a budget that 25 meet)
+        lo, hi = 0, 1
+        while hi < len(order) and trial(hi) > budget:
             lo, hi = hi, hi * 2
-    if lo and rep["accuracy_drop"] <= budget:
-        best = (mod, info, rep)
+        hi = min(hi, len(order))
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            trial = attempt(mid)
-            if trial[2]["accuracy_drop"] <= budget:
-                hi, best = mid, trial
-            else:
-                lo = mid
-        mod, info, rep = best
+            lo, hi = (lo, mid) if trial(mid) <= budget else (mid, hi)
+        count = hi
+    mod, info = quantize(float_mod, calib, **options, keep_fp32=set(order[:count]))
+    names = [op.name for op in graph.describe(func)]
+    rep = compare(float_mod, mod, samples, [k for k, n in enumerate(names) if n in info["fp32_ops"]])
+    for i, value in solo.items():
+        rep["layers"][i]["solo_drop"] = value
     rep["max_accuracy_drop"] = budget
     rep["budget_met"] = rep["accuracy_drop"] <= budget
     info["max_accuracy_drop"] = budget

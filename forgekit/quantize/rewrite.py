@@ -79,10 +79,11 @@ def _rewriter_class() -> Any:
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
-        def __init__(self, mod: Any, plans: dict[int, OpPlan]) -> None:
+        def __init__(self, mod: Any, plans: dict[int, OpPlan], gates: Any = None) -> None:
             super().__init__(mod)
             self.plans = plans
             self.index = 0
+            self.gates = gates  # a [ops] float32 Var: op i computes in int8 where gates[i] > 0.5, else fp32
 
         def _emit_final(self, binding: Any, value: Any, idx: int) -> None:
             name = f"fkq_{idx}"
@@ -103,8 +104,20 @@ def _rewriter_class() -> Any:
             if plan is None:  # kept in fp32
                 self._emit_final(binding, relax.Call(call.op, [x, call.args[1]], call.attrs), idx)
                 return None
-            self._emit_final(binding, self._quantized(call, x, plan), idx)
+            value = self._quantized(call, x, plan)
+            if self.gates is not None:
+                value = self._gated(call, x, value, idx)
+            self._emit_final(binding, value, idx)
             return None
+
+        def _gated(self, call: Any, x: Any, quantized: Any, idx: int) -> Any:
+            """``where(gates[idx] > 0.5, quantized, the float op)``: both computed, one picked at run time."""
+            op, emit = relax.op, self.builder_.emit
+            q = emit(quantized)
+            f = emit(relax.Call(call.op, [x, call.args[1]], call.attrs))
+            on = emit(op.greater(op.take(self.gates, relax.const(idx, "int64"), axis=0),
+                                 relax.const(np.float32(0.5))))
+            return op.where(on, q, f)
 
         def _quantized(self, call: Any, x: Any, plan: OpPlan) -> Any:
             op = relax.op
@@ -182,6 +195,26 @@ def rewrite(mod: Any, plans: dict[int, OpPlan]) -> Any:
 
     rewriter = _rewriter_class()(mod, plans)
     func = rewriter.visit_expr(mod["main"])
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    out["main"] = func
+    return relax.transform.Normalize()(out)
+
+
+def gated_rewrite(mod: Any, plans: dict[int, OpPlan], ops: int) -> Any:
+    """``mod`` whose ``main`` takes one more input after the model's own, ``fkq_gates: float32[ops]``, and
+    computes each op in ``plans`` in int8 where its gate is 1 and in fp32 where it is 0 (both are built; the
+    int8 one exactly as :func:`rewrite` writes it).  One build then measures any mix of the two
+    (:mod:`forgekit.quantize.sensitivity`)."""
+    import tvm
+    from tvm import relax
+
+    gates = relax.Var("fkq_gates", relax.TensorType((ops,), "float32"))
+    func = _rewriter_class()(mod, plans, gates).visit_expr(mod["main"])
+    n_in = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else len(func.params)
+    params = [*func.params[:n_in], gates, *func.params[n_in:]]
+    func = relax.Function(params, func.body, func.ret_ty, func.is_pure, func.attrs)
+    if func.attrs is not None and "num_input" in func.attrs:
+        func = func.with_attr("num_input", n_in + 1)
     out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     out["main"] = func
     return relax.transform.Normalize()(out)
