@@ -5,7 +5,8 @@ The model is a detector head in miniature: ``concat([box, sigmoid(class logits)]
 class scores.  Two classes of input the budget used to get wrong:
 
 * an output whose channels differ in scale: the whole-tensor cosine (0.9994) hid class channels at 0.97
-  (channel mean), so ``max_accuracy_drop=0.01`` kept nothing in fp32 (NudeNet 320n: whole 0.9996, class scores 0.93-0.97);
+  (channel mean), so ``max_accuracy_drop=0.01`` kept nothing in fp32 (NudeNet 320n: whole 0.9996, class
+  scores 0.93-0.97);
 * a layer whose input quantizes worst but barely reaches the outputs (a heavy-tailed input into a branch
   1e-4 of the box) against one whose input quantizes better but feeds the class logits: the old order (input
   noise) kept the first one first.
