@@ -177,7 +177,29 @@ def detect_host() -> dict[str, Any]:
     target: dict[str, Any] = {"kind": "llvm", "mtriple": _host_triple(), "num-cores": cores}
     if cpu and cpu != "generic":
         target["mcpu"] = cpu
+        extra = unnamed_host_features(cpu, target["mtriple"])
+        if extra:
+            target["mattr"] = [f"+{f}" for f in extra]
     return target
+
+
+def unnamed_host_features(cpu: str, mtriple: str) -> list[str]:
+    """Instruction-set extensions this CPU executes (CPUID, as the runtime checks them) that LLVM's name for it
+    does not imply.
+
+    A virtual machine may report a CPUID model that LLVM maps to an older core: an Intel Xeon with
+    AVX512-BF16, AVX512-FP16 and AVX-VNNI is ``rocketlake`` to LLVM, which has none of them, so a ``host``
+    build lost the bf16 kernels and ``--precision bf16 -t host`` was refused ("host has none").  AMX is left
+    out: LLVM emits it only from intrinsics, and an artifact would then require it for nothing.
+    """
+    import tvm
+
+    from ..runtime.cpu import CODEGEN_FEATURES, host_features
+    from .isa import llvm_features
+
+    have = host_features() & CODEGEN_FEATURES
+    named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple}))
+    return sorted(f for f in have - named if not f.startswith("amx"))
 
 
 def _kind_options(kind: str) -> dict[str, str]:

@@ -135,3 +135,23 @@ def test_aarch64_tag_produces_an_aarch64_library(convnet_path, tmp_path) -> None
     assert int.from_bytes(header[18:20], "little") == 183  # e_machine EM_AARCH64
     meta = read_metadata(result.path)
     assert meta["build"]["arch"] == "aarch64" and meta["build"]["toolchain"]["linker"] == "aarch64-linux-gnu-g++"
+
+
+def test_host_has_every_vector_extension_the_cpu_executes(monkeypatch) -> None:
+    """``host`` is LLVM's name for the CPU plus what CPUID says it runs beyond that name.  A VM reported an
+    AVX512-BF16/FP16 Xeon as LLVM's ``rocketlake`` (neither), and ``--precision bf16 -t host`` was refused
+    there ("host has none": test_conv1d's bf16 test failed on that machine)."""
+    import tvm
+
+    from forgekit.runtime import cpu
+    from forgekit.targets.isa import isa_info
+
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: "rocketlake")
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx2", "avx512f", "avx512bf16", "avx512fp16",
+                                                                  "amx-tile", "amx-bf16", "aes"}))
+    spec = parse_target("host")
+    assert spec.target["mcpu"] == "rocketlake"
+    assert spec.target["mattr"] == ["+avx512bf16", "+avx512fp16"]  # no AMX (intrinsics only), no aes (not codegen)
+    assert {"avx512bf16", "avx512fp16"} <= isa_info(spec.tvm_target()).features
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx2", "avx512f"}))
+    assert "mattr" not in parse_target("host").target  # the name says it all: the target is as before
