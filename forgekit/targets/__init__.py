@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .families import FAMILIES, get_family
-from .parse import TargetSpec, _family_of, detect_host, parse_target
+from .host import detect_host
+from .parse import TargetSpec, _family_of, parse_target
 from .tags import HOST_NAMES, TAGS
 
 _FAMILY_FILTERS = {

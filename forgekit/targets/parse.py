@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import shlex
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from ..errors import TargetError
 from ..log import first_line
 from ..runtime.cpu import host_arch, normalize_arch
+from .host import check_llvm_cpu, detect_host, host_triple
 from .tags import HOST_NAMES, TAGS
 from .variants import baseline_target, level_names, portable_arch
 
@@ -148,7 +148,7 @@ class TargetSpec:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description used in metadata."""
         return {"name": self.name, "family": self.family, "target": self.target, "host": self.host_dict,
-                "triple": self.triple or _host_triple(), "arch": self.arch, "levels": list(self.levels)}
+                "triple": self.triple or host_triple(), "arch": self.arch, "levels": list(self.levels)}
 
 
 def _to_string(d: dict[str, Any]) -> str:
@@ -162,44 +162,6 @@ def _to_string(d: dict[str, Any]) -> str:
             value = str(value).lower()
         parts.append(f"-{key}={value}")
     return " ".join(parts)
-
-
-def _host_triple() -> str:
-    return f"{host_arch()}-linux-gnu"
-
-
-def detect_host() -> dict[str, Any]:
-    """Target dict for the CPU forgekit runs on: LLVM's name for it and its core count."""
-    from tvm.target import codegen  # noqa: PLC0415 - TVM is heavy; only the compiler needs it
-
-    cpu = str(codegen.llvm_get_system_cpu())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    target: dict[str, Any] = {"kind": "llvm", "mtriple": _host_triple(), "num-cores": cores}
-    if cpu and cpu != "generic":
-        target["mcpu"] = cpu
-        extra = unnamed_host_features(cpu, target["mtriple"])
-        if extra:
-            target["mattr"] = [f"+{f}" for f in extra]
-    return target
-
-
-def unnamed_host_features(cpu: str, mtriple: str) -> list[str]:
-    """Instruction-set extensions this CPU executes (CPUID, as the runtime checks them) that LLVM's name for it
-    does not imply.
-
-    A virtual machine may report a CPUID model that LLVM maps to an older core: an Intel Xeon with
-    AVX512-BF16, AVX512-FP16 and AVX-VNNI is ``rocketlake`` to LLVM, which has none of them, so a ``host``
-    build lost the bf16 kernels and ``--precision bf16 -t host`` was refused ("host has none").  AMX is left
-    out: LLVM emits it only from intrinsics, and an artifact would then require it for nothing.
-    """
-    import tvm
-
-    from ..runtime.cpu import CODEGEN_FEATURES, host_features
-    from .isa import llvm_features
-
-    have = host_features() & CODEGEN_FEATURES
-    named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple}))
-    return sorted(f for f in have - named if not f.startswith("amx"))
 
 
 def _kind_options(kind: str) -> dict[str, str]:
@@ -389,38 +351,5 @@ def parse_target(target: Any, host: Any = None) -> TargetSpec:
     elif levels:
         spec = replace(spec, levels=levels)
     spec.tvm_target()  # validate every option now, with a one-line error
-    check_llvm_cpu(spec.host_dict, spec.triple or _host_triple())
+    check_llvm_cpu(spec.host_dict, spec.triple or host_triple())
     return spec
-
-
-def check_llvm_cpu(tdict: dict[str, Any], triple: str) -> None:
-    """Refuse an ``-mcpu`` LLVM does not know for ``triple``, or an ``-mattr`` feature it does not know.
-
-    LLVM itself only warns ("'notacpu' is not a recognized processor for this target") once per kernel and
-    then builds generic code: a typo would silently cost all the speed the target was chosen for.
-    """
-    if tdict.get("kind") != "llvm":
-        return
-    import tvm
-    from tvm.target import codegen
-
-    from .. import log
-
-    cpu = str(tdict.get("mcpu") or "")
-    with log.quiet_native("target"):
-        if cpu and not codegen.llvm_is_valid_cpu(cpu, triple):
-            known = [str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm",
-                                                                                        "mtriple": triple}))]
-            close = difflib.get_close_matches(cpu, known, n=4, cutoff=0.5)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise TargetError(f"Unknown CPU '{cpu}' for {triple.split('-')[0]}.{hint} Valid CPUs: "
-                              f"{', '.join(sorted(known))}.")
-        wanted = [str(a)[1:] for a in tdict.get("mattr") or [] if str(a).startswith("+")]
-        if wanted:
-            have = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(
-                {k: v for k, v in tdict.items() if k in ("kind", "mtriple", "mcpu", "mattr")} | {"mtriple": triple}))}
-            unknown = [f for f in wanted if f not in have]
-            if unknown:
-                raise TargetError(f"Unknown CPU feature(s) {', '.join('+' + f for f in unknown)} for "
-                                  f"{triple.split('-')[0]}: check the spelling (LLVM names, e.g. +avx2, +avx512f, "
-                                  "+neon, +dotprod).")
