@@ -88,10 +88,15 @@ demo() {
   "$VENV/bin/python" demo/ocr.py --out "${DEMO_OUTPUT:-compile_output/demo}" "$@"
 }
 
+# One pytest worker per core: a TVM compile runs on one core, so a serial suite left the second idle (85 min
+# on CI's 2 cores at stop 48).  --dist loadfile keeps a test file in one worker, so its module fixtures (a model
+# compiled once for all its tests) are built once.  FORGEKIT_TEST_WORKERS=0 runs serially (pytest -s, pdb).
 tests() {
   venv test
-  log "running the test suite"
-  "$VENV/bin/python" -m pytest "$@"
+  local cores; cores=$(nproc)
+  local workers=${FORGEKIT_TEST_WORKERS:-$((cores < 8 ? cores : 8))}  # at most 8: a large compile takes GBs
+  log "running the test suite ($workers workers)"
+  "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
 }
 
 case "${1:-}" in
