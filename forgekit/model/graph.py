@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CompileError
+from ..quantize.calibrate import flatten_outputs  # noqa: F401 - re-exported: the facade reads results with it
 
 
 def _dim(value: Any) -> int | str:
@@ -58,12 +59,6 @@ def to_tvm(value: Any) -> Any:
     import tvm
 
     return value if hasattr(value, "numpy") else tvm.runtime.tensor(np.asarray(value))
-
-
-def flatten_outputs(result: Any) -> list[np.ndarray]:
-    if hasattr(result, "numpy"):
-        return [result.numpy()]
-    return [o for item in result for o in flatten_outputs(item)]
 
 
 def simplify(mod: Any, *, fold_constants: bool, fold_batch_norms: bool) -> Any:

@@ -137,6 +137,13 @@ def narrow_ops(func: Any) -> set[int]:
     return out
 
 
+def policy_fp32(func: Any, quantize_depthwise: bool = False) -> set[int]:
+    """The ops forgekit keeps in fp32 whatever the user asks: narrow ones (:func:`narrow_ops`), and depthwise
+    convolutions unless ``quantize_depthwise`` (see :func:`quantize`).  One place, so that the accuracy
+    budget measures the model :func:`quantize` then builds."""
+    return narrow_ops(func) | (set() if quantize_depthwise else depthwise_ops(func))
+
+
 def _smoothable_conv(w: np.ndarray, groups: int) -> bool:
     """Regular or depthwise (one filter per channel) convolutions: per-input-channel factors fold into W."""
     return groups == 1 or (w.shape[1] == 1 and groups == w.shape[0])
@@ -175,9 +182,7 @@ def quantize(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: 
     if calib is not None and len(calib.ops) != len(graph.describe(mod["main"])):
         raise UsageError("The calibration no longer matches the model (it changed since ir.calibrate): "
                          "calibrate again with reset=True.")
-    if not quantize_depthwise:
-        keep_fp32 = set(keep_fp32) | depthwise_ops(mod["main"])
-    keep_fp32 = set(keep_fp32) | narrow_ops(mod["main"])
+    keep_fp32 = set(keep_fp32) | policy_fp32(mod["main"], quantize_depthwise)
     plans, effective = plan(mod, calib, activation_dtype=activation_dtype, per_channel=per_channel,
                             calib_method=calib_method, quant_type=quant_type, percentile=percentile,
                             keep_fp32=keep_fp32, smoothing=smoothing, bias_correction=bias_correction)
@@ -206,4 +211,5 @@ def quantize(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: 
     return split_to_slices(rewrite(mod, plans)), info
 
 
-__all__ = ["CALIB_METHODS", "QUANT_TYPES", "Calibration", "calibrate", "depthwise_ops", "narrow_ops", "plan", "quantize", "rewrite"]
+__all__ = ["CALIB_METHODS", "QUANT_TYPES", "Calibration", "calibrate", "depthwise_ops", "narrow_ops", "plan",
+           "policy_fp32", "quantize", "rewrite"]

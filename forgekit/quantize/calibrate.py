@@ -46,6 +46,13 @@ def cuda_target(compute_version: str) -> Any:
     return parse_target(f"cuda -arch=sm_{int(major)}{int(minor)}")
 
 
+def flatten_outputs(result: Any) -> list[np.ndarray]:
+    """A VM result (a tensor, or tuples of them, nested) as its tensors in order, as numpy arrays."""
+    if hasattr(result, "numpy"):
+        return [result.numpy()]
+    return [o for item in result for o in flatten_outputs(item)]
+
+
 def build_runner(mod: Any, use_cuda: bool = False) -> tuple[Callable[[list[np.ndarray]], Any], str]:
     """Compile ``mod`` for this machine and return ``run(inputs) -> raw VM result`` and the device name.
 

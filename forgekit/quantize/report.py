@@ -34,7 +34,7 @@ def _named(func: Any, count: int) -> list[Any]:
 
 
 def _layer_tensors(mod: Any, quantized: bool, count: int, samples: Sequence[list[np.ndarray]]) -> list[Any]:
-    from .calibrate import build_runner
+    from .calibrate import build_runner, flatten_outputs
 
     def pick(flat: Any) -> list[Any]:
         return _named(flat, count) if quantized else [b.var for b, _ in graph.quantizable(flat)]
@@ -44,9 +44,7 @@ def _layer_tensors(mod: Any, quantized: bool, count: int, samples: Sequence[list
     results = []
     for inputs in samples:
         res = run(inputs)
-        outs = res[0]
-        outs = [outs.numpy()] if hasattr(outs, "numpy") else [o.numpy() for o in outs]
-        results.append((outs, [t.numpy() for t in res[1]]))
+        results.append((flatten_outputs(res[0]), flatten_outputs(res[1])))
     return results
 
 
@@ -115,7 +113,7 @@ def quantize_within_budget(float_mod: tvm.IRModule, calib: Calibration | None, b
                            options: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Quantize, keeping in fp32 the layers that cost the outputs most (each measured alone, see
     :mod:`.sensitivity`) until the accuracy drop on the calibration samples is at most ``budget``."""
-    from . import depthwise_ops, narrow_ops, plan as quantize_plan, quantize
+    from . import plan as quantize_plan, policy_fp32, quantize
     from .sensitivity import Mixer
 
     if not 0 <= budget <= 1:
@@ -124,7 +122,7 @@ def quantize_within_budget(float_mod: tvm.IRModule, calib: Calibration | None, b
     if not samples:
         raise UsageError("max_accuracy_drop needs calibration samples to measure the drop: call ir.calibrate() first.")
     func = float_mod["main"]
-    policy = narrow_ops(func) | (set() if options.get("quantize_depthwise") else depthwise_ops(func))
+    policy = policy_fp32(func, bool(options.get("quantize_depthwise")))
     plans, _ = quantize_plan(float_mod, calib, keep_fp32=policy,
                              **{k: v for k, v in options.items() if k not in ("kernel_dtype", "bias_dtype",
                                                                                "quantize_depthwise")})

@@ -24,13 +24,13 @@ import numpy as np
 
 from . import graph
 from .agreement import agreement, output_entries
+from .calibrate import build_runner, flatten_outputs
 
 
 class Mixer:
     """One build of ``float_mod`` with every op of ``plans`` computable in int8 or fp32, per run."""
 
     def __init__(self, float_mod: Any, plans: dict[int, Any], samples: Sequence[list[np.ndarray]]) -> None:
-        from .calibrate import build_runner
         from .rewrite import gated_rewrite
 
         self.ops = len(graph.describe(float_mod["main"]))
@@ -45,8 +45,7 @@ class Mixer:
         gates[list(int8)] = 1.0
         results = []
         for inputs in self.samples:
-            res = self._run([*inputs, gates])
-            results.append([res.numpy()] if hasattr(res, "numpy") else [o.numpy() for o in res])
+            results.append(flatten_outputs(self._run([*inputs, gates])))
         return results
 
     def drop(self, int8: Iterable[int]) -> float:
