@@ -25,8 +25,7 @@ from ..description import ModelDescription, TensorInfo
 from ..errors import NotAvailableError, UsageError
 from ..offload.mixin import PartitionMixin
 from ..options import DEFAULT_OUTPUT, CompileOptions
-from .graph import (const_array, constants, flatten_outputs, frozen_values, input_values, simplify, tensor_infos,
-                    to_tvm)
+from .graph import const_array, constants, frozen_values, input_values, simplify, tensor_infos, to_tvm
 from .quantization import QuantizationMixin
 
 
@@ -314,6 +313,7 @@ class IRModule(QuantizationMixin, PartitionMixin):
         from tvm import relax
 
         from ..build import build_executable
+        from ..quantize.calibrate import flatten_outputs
         from ..runtime.inputs import check_inputs
         from ..targets import parse_target
 

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import CompileError
-from ..quantize.calibrate import flatten_outputs  # noqa: F401 - re-exported: the facade reads results with it
 
 
 def _dim(value: Any) -> int | str:

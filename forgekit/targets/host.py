@@ -52,7 +52,6 @@ def unnamed_host_features(cpu: str, mtriple: str) -> list[str]:
     return sorted(f for f in have - named if not f.startswith("amx"))
 
 
-
 def check_llvm_cpu(tdict: dict[str, Any], triple: str) -> None:
     """Refuse an ``-mcpu`` LLVM does not know for ``triple``, or an ``-mattr`` feature it does not know.
 
