@@ -74,8 +74,8 @@ class QuantizationMixin:
                  bias_correction: bool = True) -> None:
         """Post-training quantization to integer conv2d/conv1d/matmul (int32 accumulation), in place.
 
-        ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (asymmetric, with a zero point; where a conv
-        pads its input only tensors that are never negative take uint8, the rest symmetric int8).  Weights
+        ``activation_dtype``: ``int8`` (symmetric) or ``uint8`` (asymmetric, with a zero point; a padded
+        conv's border reads the zero point, an exact 0.0).  Weights
         are symmetric int8, per output channel with ``per_channel``; ``bias_correction`` (static) removes the
         mean output error of weight rounding using the calibrated input means.  ``calib_method``:
         ``average``, ``entropy``, ``minmax`` or ``percentile`` (``percentile``=99).  ``quant_type``:

@@ -9,6 +9,7 @@
   torch's dynamo exporter emits ``squeeze(-2)``).
 * Identity ``broadcast_to`` and inference-mode ``dropout`` are removed.
 * ``power(x, 2)`` and ``power(x, 3)`` become products, as onnxruntime computes them.
+* A zero ``pad`` before a convolution becomes the convolution's own padding.
 * ``clip`` becomes ``relu``/``maximum`` + ``minimum``; binary elementwise ops get one-element constants as scalars, and commutative ones take the constant
   second, so ``ConvertLayout`` keeps them in NHWC.
 * Outputs that TVM folded to shapes or integer expressions become tensors again (:func:`tensor_outputs`).
@@ -69,7 +70,7 @@ class Canonicalizer(relax.PyExprMutator):
         if not isinstance(call.op, Op):
             return call
         for rewrite in (self._slice_ends, self._clip, self._stack_reduce, self._squeeze, self._broadcast,
-                        self._small_power, self._constant_last, self._clip_op):
+                        self._small_power, self._constant_last, self._clip_op, self._pad_into_conv):
             new = rewrite(call)
             if new is not None:
                 return new
@@ -100,6 +101,32 @@ class Canonicalizer(relax.PyExprMutator):
         if np.isfinite(high):
             y = relax.op.minimum(y, relax.const(high, dtype))
         return y
+
+    def _pad_into_conv(self, call: Any) -> Any:
+        """``conv(pad(x, 0), padding=p)`` -> ``conv(x, padding=p + the pad's spatial widths)`` when the pad adds
+        zeros on spatial axes only: the conv pads with zeros itself, inside its kernel, while an explicit pad
+        (tf2onnx writes SAME padding as ``Pad -> Conv``) is a pass of its own over the tensor."""
+        if call.op.name not in ("relax.nn.conv2d", "relax.nn.conv1d"):
+            return None
+        padded = self._bound(call.args[0])
+        if not (isinstance(padded, relax.Call) and isinstance(padded.op, Op) and padded.op.name == "relax.nn.pad"
+                and padded.attrs.pad_mode == "constant" and float(padded.attrs.pad_value) == 0.0):
+            return None
+        a = call.attrs
+        layout = str(a.data_layout)
+        widths = [int(w) for w in padded.attrs.pad_width]
+        spatial = [i for i, c in enumerate(layout) if c not in "NC"]
+        pads = [int(p) for p in a.padding]  # all befores, then all afters
+        if len(widths) != 2 * len(layout) or len(pads) != 2 * len(spatial) or any(
+                widths[2 * i] or widths[2 * i + 1] for i, c in enumerate(layout) if c in "NC"):
+            return None
+        n = len(spatial)
+        padding = ([pads[k] + widths[2 * d] for k, d in enumerate(spatial)]
+                   + [pads[n + k] + widths[2 * d + 1] for k, d in enumerate(spatial)])
+        conv = relax.op.nn.conv2d if call.op.name == "relax.nn.conv2d" else relax.op.nn.conv1d
+        return conv(padded.args[0], call.args[1], strides=a.strides, padding=padding, dilation=a.dilation,
+                    groups=a.groups, data_layout=layout, kernel_layout=str(a.kernel_layout),
+                    out_layout=str(a.out_layout), out_dtype=a.out_dtype)
 
     def _small_power(self, call: Any) -> Any:
         """``power(x, 2)`` -> ``x * x`` and ``power(x, 3)`` -> ``(x * x) * x`` for float ``x``: what onnxruntime

@@ -1,4 +1,5 @@
-"""A per-tensor ``quantize`` keeps the channel layout of its input (NHWC) instead of going back to NCHW.
+"""A per-tensor ``quantize`` and a constant ``pad`` keep the channel layout of their input (NHWC) instead of
+going back to NCHW.
 
 TVM 0.27 gives ``relax.quantize`` no layout rule, so ConvertLayout puts it back in NCHW between two transposes:
 ``permute_dims(x_nhwc) -> quantize -> permute_dims -> conv2d (NHWC)``, and the int8 conv's input made a round
@@ -15,6 +16,12 @@ and the transpose that follows then cancels against it (``permute_dims(permute_d
 Why not a layout rule for ``relax.quantize`` (as :func:`forgekit.passes.layout.complete_layout_rules` gives
 unary ops): the registry is per op, and a per-channel quantize (a vector scale on ``axis=1``) needs its axis
 moved, which relu's rule does not do.  This rewrite takes the per-tensor ones only.
+
+A constant ``pad`` (TVM 0.27 has no layout rule for it either) commutes with a transpose once its widths are
+permuted the same way.  Pads come from ONNX Pad (:mod:`forgekit.importer.converters.pad`; a zero one before
+a conv has become the conv's padding by then) and from asymmetric uint8 quantization, whose padded convs read
+the zero point at the border (:mod:`forgekit.quantize.rewrite`): each such conv's input went NHWC -> NCHW ->
+pad -> NHWC, three passes where one is needed.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ def quantize_keeps_layout_pass() -> Any:
     from tvm import relax
 
     permute, quantize = tvm.ir.Op.get("relax.permute_dims"), tvm.ir.Op.get("relax.quantize")
+    pad = tvm.ir.Op.get("relax.nn.pad")
 
     def axes_of(call: Any, rank: int) -> list[int]:
         axes = call.attrs.axes
@@ -63,6 +71,15 @@ def quantize_keeps_layout_pass() -> Any:
                         and all(static_elements(a) == 1 for a in value.args[1:3])):
                     source, axes = self.permuted[value.args[0]]
                     inner = self.builder_.emit(relax.Call(quantize, [source, *value.args[1:]], value.attrs))
+                    self._permute(binding, relax.op.permute_dims(inner, axes))
+                    return
+                if value.op == pad and value.args[0] in self.permuted and value.attrs.pad_mode == "constant":
+                    source, axes = self.permuted[value.args[0]]
+                    widths = [int(w) for w in value.attrs.pad_width]
+                    moved = [0] * len(widths)
+                    for i, a in enumerate(axes):  # axis i of the pad's input is axis a of the source
+                        moved[2 * a:2 * a + 2] = widths[2 * i:2 * i + 2]
+                    inner = self.builder_.emit(relax.op.nn.pad(source, moved, pad_value=float(value.attrs.pad_value)))
                     self._permute(binding, relax.op.permute_dims(inner, axes))
                     return
             super().visit_var_binding_(binding)

@@ -76,8 +76,7 @@ def plan(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: str 
             t = threshold(calib_method, stats, 255 if activation_dtype == "uint8" and stats.non_negative else 127,
                           {"percentile": percentile})
             lo, hi = max(stats.min, -t), min(stats.max, t)
-        plans[op.index] = _activation_plan(min(lo, 0.0), max(hi, 0.0), activation_dtype,
-                                           not _padded(calls[op.index]), per_channel, factors)
+        plans[op.index] = _activation_plan(min(lo, 0.0), max(hi, 0.0), activation_dtype, per_channel, factors)
         if bias_correction:
             mean = stats.axis1_mean if op.index in convs else stats.channel_mean
             w = weights[op.index]
@@ -87,20 +86,16 @@ def plan(mod: tvm.IRModule, calib: Calibration | None, *, activation_dtype: str 
     return plans, effective
 
 
-def _padded(call: Any) -> bool:
-    return graph.is_conv(call) and any(int(p) for p in call.attrs.padding)
-
-
-def _activation_plan(lo: float, hi: float, activation_dtype: str, zero_point_ok: bool, per_channel: bool,
+def _activation_plan(lo: float, hi: float, activation_dtype: str, per_channel: bool,
                      factors: np.ndarray | None) -> OpPlan:
     """The activation quantization of the range ``[lo, hi]`` (``lo <= 0 <= hi``).
 
     ``int8`` is symmetric.  ``uint8`` is asymmetric, ``x = scale * (q - zero_point)``, so a tensor that is
-    mostly non-negative (after hardswish/GELU: min -0.375/-0.17) gets all 256 levels rather than the
-    127 positive ones of symmetric int8; where the op pads its input (a conv with padding: the padded
-    zeros must stay zero) only non-negative tensors take uint8 (zero point 0), the rest symmetric int8.
+    mostly non-negative (after SiLU/hardswish/GELU: min -0.28/-0.375/-0.17) gets all 256 levels rather than
+    the 127 positive ones of symmetric int8.  A conv that pads its input reads ``zero_point`` at the border
+    (the rewrite pads explicitly), so padded convs take a zero point too.
     """
-    if activation_dtype == "uint8" and (lo == 0.0 or zero_point_ok):
+    if activation_dtype == "uint8":
         scale = max(hi - lo, 1e-8) / 255
         return OpPlan(scale, "uint8", per_channel, factors, int(np.clip(np.round(-lo / scale), 0, 255)))
     return OpPlan(max(-lo, hi, 1e-8) / 127, "int8", per_channel, factors)

@@ -168,7 +168,14 @@ def _rewriter_class() -> Any:
             if is_conv:
                 a = call.attrs
                 conv = op.nn.conv2d if call.op.name == "relax.nn.conv2d" else op.nn.conv1d
-                acc = emit(conv(xq, relax.const(wq), strides=a.strides, padding=a.padding,
+                padding = [int(p) for p in a.padding]
+                if plan.zero_point and any(padding):
+                    # the border must read as 0.0, which is q = zero_point, and a conv pads with q = 0: pad
+                    # explicitly (the pad then keeps NHWC: passes.quantize_layout) and let the conv pad nothing
+                    xq = emit(op.nn.pad(xq, _pad_width(str(a.data_layout), padding),
+                                        pad_value=float(plan.zero_point)))
+                    padding = [0] * len(padding)
+                acc = emit(conv(xq, relax.const(wq), strides=a.strides, padding=padding,
                                 dilation=a.dilation, groups=a.groups, out_dtype="int32"))
             else:
                 acc = emit(op.matmul(xq, relax.const(wq), out_dtype="int32"))
@@ -178,7 +185,7 @@ def _rewriter_class() -> Any:
             scale = f32(np.float32(plan.x_scale) * ws.reshape(channel_shape))
             if plan.zero_point:
                 # sum_k (q_k - zp) * Wq_k = acc - zp * sum_k Wq_k: a per-output-channel constant, folded
-                # into the dequantize of the epilogue (only ops without padding get a zero point)
+                # into the dequantize of the epilogue (padding reads zero_point, so it adds nothing)
                 wsum = wq.astype(np.int64).sum(axis=tuple(range(1, wq.ndim)) if is_conv else 0)
                 offset -= np.float32(plan.x_scale) * ws * (plan.zero_point * wsum).astype(np.float32)
             if not offset.any():
@@ -186,6 +193,17 @@ def _rewriter_class() -> Any:
             return op.add(op.multiply(deq, scale), f32(offset.reshape(channel_shape)))
 
     return Rewriter
+
+
+def _pad_width(layout: str, padding: list[int]) -> list[int]:
+    """``relax.nn.pad`` widths (before, after per axis) of a conv's ``padding`` (all befores, then all afters)
+    for its data ``layout`` (NCHW, NHWC, NCW ...)."""
+    n = len(padding) // 2
+    spatial = [i for i, c in enumerate(layout) if c not in "NC"]
+    widths = [0] * (2 * len(layout))
+    for k, axis in enumerate(spatial):
+        widths[2 * axis:2 * axis + 2] = [padding[k], padding[n + k]]
+    return widths
 
 
 def rewrite(mod: Any, plans: dict[int, OpPlan]) -> Any:

@@ -1,5 +1,5 @@
 """Unary elementwise ops without a layout rule in TVM 0.27 (``relax.nn.leakyrelu``, ``relax.nn.softplus``) keep
-the NHWC chain.
+the NHWC chain; so do explicit ONNX Pads.
 
 ConvertLayout put each such op back in NCHW between two transposes, and the pooling after it stayed NCHW:
 PLCMOS v2 (conv -> LeakyReLU -> MaxPool three times) ran 1.56x onnxruntime's latency, 1.03x with the rule
@@ -79,4 +79,48 @@ def test_a_1d_transposed_conv_after_1d_convs_stays_ncw() -> None:
     run = forgekit.from_onnx(model).get_inference_function("host", opt_level=3)
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 7, 12)).astype(np.float32)
+        assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
+
+
+def _padded_convs(value: float, pads: list[int], size: int | str = 16):
+    """conv -> relu -> Pad(``pads``, ``value``) -> conv (stride 2, as tf2onnx writes SAME padding), NCHW."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.array(pads, np.int64), "pads"),
+             numpy_helper.from_array(np.array(value, np.float32), "value")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Pad", ["r0", "pads", "value"], ["p0"]),
+             helper.make_node("Conv", ["p0", "w1"], ["y"], kernel_shape=[3, 3], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+#: tf2onnx's SAME padding of a stride-2 3x3 conv (the extra row and column after), and a symmetric one
+PAD_CASES = {"same_s2": [0, 0, 0, 0, 0, 0, 1, 1], "symmetric": [0, 0, 1, 1, 0, 0, 1, 1]}
+
+
+@pytest.mark.parametrize("value", [0.0, 0.5])
+@pytest.mark.parametrize("case", sorted(PAD_CASES))
+def test_an_explicit_pad_stays_nhwc(case: str, value: float) -> None:
+    """An ONNX Pad between convolutions imported as an opaque TE call: ConvertLayout moved the tensor back to
+    NCHW around it (4 transposes here).  Now a zero pad becomes the next conv's own padding, and any other
+    constant pad runs in NHWC; only the model's own input and output are transposed."""
+    with tvm.target.Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2}):
+        mod = preprocess(True)(forgekit.from_onnx(_padded_convs(value, PAD_CASES[case])).mod)
+    script = mod["main"].script()
+    assert script.count("R.permute_dims") == 2
+    assert ("R.nn.pad" in script) == (value != 0.0)
+
+
+@pytest.mark.parametrize("level", OPT_LEVELS)
+@pytest.mark.parametrize("value", [0.0, 0.5])
+@pytest.mark.parametrize("case", sorted(PAD_CASES))
+def test_explicit_pads_match_onnxruntime(case: str, value: float, level: int) -> None:
+    model = _padded_convs(value, PAD_CASES[case], size="S")
+    run = forgekit.from_onnx(model).get_inference_function("host", opt_level=level)
+    for size in (15, 32):
+        x = np.random.default_rng(size).standard_normal((1, 3, size, size)).astype(np.float32)
         assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])

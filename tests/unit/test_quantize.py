@@ -12,11 +12,13 @@ import json
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import forgekit
 from conftest import run_cli
 from onnx_models import make_cnn, ort_qdq_cnn, samples
+from forgekit.backends.cpu.pipeline import preprocess
 from forgekit.errors import InputError, UsageError
 from forgekit.quantize import graph
 from forgekit.quantize.ranges import CALIB_METHODS, threshold
@@ -110,8 +112,10 @@ def test_quantize_depthwise_on_request(calibrated, float_outputs) -> None:
 def test_uint8_activations_for_non_negative_tensors(calibrated, float_outputs) -> None:
     q = calibrated.copy()
     q.quantize(activation_dtype="uint8", calib_method="minmax")
-    dtypes = [layer["activation_dtype"] for layer in q.quantization["layers"]]
-    assert dtypes[0] == "int8" and dtypes[1] == "uint8"  # image input is signed, post-ReLU is not
+    layers = q.quantization["layers"]
+    assert {layer["activation_dtype"] for layer in layers} == {"uint8"}
+    # the image input is signed (a zero point inside the range), post-ReLU is not (zero point 0)
+    assert layers[0]["activation_zero_point"] > 0 and layers[1]["activation_zero_point"] == 0
     assert q.precision == "uint8"
     assert cosine(q.get_inference_function("host")(samples(1, seed=7)[0]), float_outputs[0]) >= 0.99
 
@@ -138,28 +142,37 @@ def _hardswish_like(n: int, seed: int) -> list[np.ndarray]:
     return [np.maximum(rng.standard_normal((1, 8, 6, 6)) * 2 + 1, -0.375).astype(np.float32) for _ in range(n)]
 
 
-def test_uint8_is_asymmetric_where_the_op_does_not_pad() -> None:
-    for k, pads, zero_point in ((1, 0, True), (3, 1, False)):
-        ir = forgekit.from_onnx(_one_conv(k, pads))
-        ir.calibrate(_hardswish_like(6, 1))
-        x = _hardswish_like(1, 2)[0]
-        ref = ir.get_inference_function("host")(x)
-        got = {}
-        for dtype in ("int8", "uint8"):
-            q = ir.copy()
-            q.quantize(activation_dtype=dtype, calib_method="minmax", per_channel=True, smoothing=None)
-            got[dtype] = q.get_inference_function("host")(x)
-            layer = q.quantization["layers"][0]
-            if dtype == "uint8":
-                # a zero point only where padding need not stay exact zero; signed data under padding: int8
-                assert layer["activation_dtype"] == ("uint8" if zero_point else "int8")
-                assert (layer["activation_zero_point"] > 0) == zero_point
-        err = {d: float(np.linalg.norm(v - ref)) for d, v in got.items()}
-        assert cosine(got["uint8"], ref) >= 0.9999
-        if zero_point:  # range [-0.375, max] over 256 levels, not [-max, max]: about half the error
-            assert err["uint8"] < 0.7 * err["int8"]
-        else:
-            assert err["uint8"] == pytest.approx(err["int8"], rel=1e-5)
+@pytest.mark.parametrize("k,pads", [(1, 0), (3, 1), (3, 2)])
+def test_uint8_is_asymmetric_also_where_the_conv_pads(k: int, pads: int) -> None:
+    """Issue 39: a padded conv after SiLU/hardswish took symmetric int8 under ``uint8`` (its border had to read
+    0.0, and the conv pads q = 0), which is nearly every 3x3 conv of a CNN.  The rewrite now pads with the zero
+    point itself: the error halves for padded convs as for 1x1 ones, and a wrong border would show here as a
+    large error on the 4 (k=3, pads=2: 8) outer rows and columns."""
+    ir = forgekit.from_onnx(_one_conv(k, pads))
+    ir.calibrate(_hardswish_like(6, 1))
+    x = _hardswish_like(1, 2)[0]
+    ref = ir.get_inference_function("host")(x)
+    got = {}
+    for dtype in ("int8", "uint8"):
+        q = ir.copy()
+        q.quantize(activation_dtype=dtype, calib_method="minmax", per_channel=True, smoothing=None)
+        got[dtype] = q.get_inference_function("host")(x)
+        layer = q.quantization["layers"][0]
+        if dtype == "uint8":
+            assert layer["activation_dtype"] == "uint8" and layer["activation_zero_point"] > 0
+            # the zero-point pad runs in NHWC: only the model's input and output are transposed
+            with tvm.target.Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2}):
+                script = preprocess(True)(q.mod)["main"].script()
+            assert script.count("R.permute_dims") == 2 and script.count("R.nn.pad") == (1 if pads else 0)
+    err = {d: float(np.linalg.norm(v - ref)) for d, v in got.items()}
+    assert cosine(got["uint8"], ref) >= 0.9999
+    # range [-0.375, max] over 256 levels, not [-max, max]: about half the error, the border included
+    assert err["uint8"] < 0.7 * err["int8"]
+    border = np.ones(ref.shape[2:], bool)
+    border[pads:-pads or None, pads:-pads or None] = False
+    if border.any():
+        edge = {d: float(np.abs(v - ref)[..., border].max()) for d, v in got.items()}
+        assert edge["uint8"] < edge["int8"]
 
 
 def test_weight_error_bias_matches_a_convolution_of_the_mean() -> None:
