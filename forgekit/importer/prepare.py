@@ -246,6 +246,32 @@ def _bypass_identities(graph: onnx.GraphProto) -> None:
                 node.input[i] = source(name)
 
 
+def _tile_repeats_as_tensors(graph: onnx.GraphProto) -> None:
+    """Feed every ``Tile`` its repeats through ``Reshape(r, [1, -1]) -> Reshape([-1])`` (a 1-D tensor stays
+    itself), in the graph and its branch and loop bodies.
+
+    Repeats built from a shape (``Concat(Shape(h)[:1], [1], Shape(h)[2:])``: SLANet's decoder tiles its step
+    indices to its history that way) reach TVM's frontend as a shape value, and it refuses one as the input of
+    any op outside a fixed list, Tile among them ("Node p2o.Tile.0 cannot handle ShapeExpr inputs").  Reshape is
+    on the list and makes a shape a tensor, which TVM's Tile takes at run time; constant repeats fold back."""
+    nodes = []
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            _tile_repeats_as_tensors(sub)
+        if node.op_type == "Tile" and len(node.input) > 1 and node.input[1]:
+            base = f"{node.name or node.output[0]}_fk_repeats"
+            nodes += [helper.make_node("Constant", [], [f"{base}_row"], value=numpy_helper.from_array(
+                          np.array([1, -1], np.int64))),
+                      helper.make_node("Constant", [], [f"{base}_flat"], value=numpy_helper.from_array(
+                          np.array([-1], np.int64))),
+                      helper.make_node("Reshape", [node.input[1], f"{base}_row"], [f"{base}_2d"]),
+                      helper.make_node("Reshape", [f"{base}_2d", f"{base}_flat"], [base])]
+            node.input[1] = base
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
 def prepare_onnx(
     model: onnx.ModelProto,
     shape_dict: Mapping[str, Sequence[int] | int] | None = None,
@@ -279,6 +305,7 @@ def prepare_onnx(
         _freeze_inputs(model, freeze)
     _pin_inputs(model, shape_dict, default_batch, allow_dynamic, allow_static_override)
     _bypass_identities(model.graph)
+    _tile_repeats_as_tensors(model.graph)
     if fold:
         model = fold_constants(model, max_fold_elements)
     else:

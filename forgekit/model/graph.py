@@ -62,15 +62,14 @@ def to_tvm(value: Any) -> Any:
 
 def simplify(mod: Any, *, fold_constants: bool, fold_batch_norms: bool) -> Any:
     """Constructor-time simplifications (Forge's ``fold_constants`` / ``fold_batch_norms``)."""
-    from tvm import relax
-
     from ..log import first_line, quiet_native
     from ..passes.batchnorm import fold_batch_norms as fold_bn
+    from ..passes.numpy_fold import fold_constant
 
     try:
         with quiet_native("import"):  # FoldConstant legalizes and JIT-builds: TVM logs while it does
             if fold_constants or fold_batch_norms:
-                mod = relax.transform.FoldConstant()(mod)
+                mod = fold_constant(mod)  # TVM's, where it keeps the module whole
             if fold_batch_norms:
                 mod = fold_bn(mod)
         return mod

@@ -126,6 +126,12 @@ def _canonicalize() -> Any:
     return Canonicalize
 
 
+def _fold_constant() -> Any:
+    from .numpy_fold import FoldConstant
+
+    return FoldConstant
+
+
 def _sanitize_names() -> Any:
     from .names import sanitize_names_pass
 
@@ -135,12 +141,12 @@ def _sanitize_names() -> Any:
 # first: what later passes and codegen name after the ONNX inputs must be C identifiers (names.py)
 register_pass("forgekit.SanitizeNames", 0, _sanitize_names)
 register_pass("DecomposeOpsForInference", 0, _relax("DecomposeOpsForInference"))
-register_pass("FoldConstant", 1, _relax("FoldConstant"))
+register_pass("FoldConstant", 1, _fold_constant)
 register_pass("CanonicalizeBindings", 1, _relax("CanonicalizeBindings"))
 register_pass("EliminateCommonSubexpr", 1, _relax("EliminateCommonSubexpr"))
 register_pass("DeadCodeElimination", 1, _relax("DeadCodeElimination"))
 register_pass("forgekit.FoldBatchNorm", 2, _fold_batch_norms)
-register_pass("FoldConstant.2", 2, _relax("FoldConstant"))
+register_pass("FoldConstant.2", 2, _fold_constant)
 # ToMixedPrecision cannot type a call_tir ("Expected TensorType, but got R.Callable": TVM's ONNX Clip imports as
 # call_tir(maximum/minimum), MobileNetV2's ReLU6 failed for CUDA fp16): the Relax ops they stand for first.
 register_pass("forgekit.Canonicalize.precision", 0, _canonicalize, when=lambda precision, layout: precision == "float16")
@@ -148,12 +154,12 @@ register_pass("forgekit.Canonicalize.precision", 0, _canonicalize, when=lambda p
 # batch-norm folding (on fp32 weights).  Convolutions and matmuls in fp16, accumulation in fp32: the error stays ~1e-3.
 register_pass("ToMixedPrecision", 0, _relax("ToMixedPrecision", out_dtype="float32"),
               when=lambda precision, layout: precision == "float16")
-register_pass("FoldConstant.precision", 0, _relax("FoldConstant"), when=lambda precision, layout: precision == "float16")
+register_pass("FoldConstant.precision", 0, _fold_constant, when=lambda precision, layout: precision == "float16")
 register_pass("FuseTransposeMatmul", 3, _static_shapes_only("FuseTransposeMatmul"))
 register_pass("CombineParallelMatmul", 3, _relax("CombineParallelMatmul"))
-register_pass("FoldConstant.3", 3, _relax("FoldConstant"))
+register_pass("FoldConstant.3", 3, _fold_constant)
 register_pass("forgekit.ToNHWC", 0, _to_nhwc, when=lambda precision, layout: layout == "last")
-register_pass("FoldConstant.layout", 0, _relax("FoldConstant"), when=lambda precision, layout: layout == "last")
+register_pass("FoldConstant.layout", 0, _fold_constant, when=lambda precision, layout: layout == "last")
 # every level and precision; last: ToMixedPrecision cannot type the call_tir it emits, ToNHWC moves the means
 register_pass("forgekit.LongReductions", 0, _long_reductions)
 

@@ -144,3 +144,27 @@ def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:
 def NumpyFoldConstant(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:  # noqa: N802 - a pass, named like TVM's
     """:func:`fold_constants_numpy` as a module pass."""
     return fold_constants_numpy(mod)
+
+
+def dangling_functions(mod: tvm.IRModule) -> list[str]:
+    """Names of the functions that ``mod``'s Relax functions call but ``mod`` does not define."""
+    defined = {gv.name_hint for gv in mod.get_global_vars()}
+    return sorted({gv.name_hint for _gv, func in mod.functions_items() if isinstance(func, relax.Function)
+                   for gv in relax.analysis.all_global_vars(func)} - defined)
+
+
+def fold_constant(mod: tvm.IRModule) -> tvm.IRModule:
+    """TVM's ``FoldConstant``, or ``mod`` unchanged where it would leave a call to a function it did not add.
+
+    TVM 0.27's FoldConstant legalizes a ``dynamic_strided_slice`` (ONNX Slice with bounds that are tensor values:
+    SLANet's decoder loop, ``x[:n]`` with ``n`` computed) into a call of its shape function and drops that
+    function: the build failed with "There is no definition of I.GlobalVar("shape_func")", exit 6.  What it
+    would have folded, this module's numpy folder and the pipeline's folding after LegalizeOps fold anyway."""
+    folded = relax.transform.FoldConstant()(mod)
+    return mod if dangling_functions(folded) else folded
+
+
+@tvm.transform.module_pass(opt_level=0, name="forgekit.FoldConstant")
+def FoldConstant(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:  # noqa: N802 - a pass, named like TVM's
+    """:func:`fold_constant` as a module pass."""
+    return fold_constant(mod)

@@ -10,6 +10,7 @@ into aligned buffers (:mod:`.loader`), or onto the GPU (:mod:`.transfer`) unless
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -218,6 +219,11 @@ def _load(library: Path, shared_weights: str | None) -> Any:
     return load_module_from_memory(library.read_bytes(), name=library.name)
 
 
+#: how TVM's VM words a failed run-time shape check (``match_cast``): inside a model, only a shape computed from
+#: input values can fail one (the importer checks a data-dependent Reshape's element count that way)
+SHAPE_CHECK = "match_cast error"
+
+
 def _run(main: Any, args: list[Any]) -> Any:
     """``main(*args)``; an index the model's bounds checks refused (:mod:`forgekit.passes.index_checks`) is an
     InputError (exit 9) with the check's own line.  The calling thread's pool first takes as many threads as
@@ -229,6 +235,11 @@ def _run(main: Any, args: list[Any]) -> Any:
         message = str(exc).strip()
         if message.startswith(INDEX_ERROR_MARKER):
             raise InputError(message.splitlines()[0]) from None
+        if SHAPE_CHECK in message:  # a shape computed from input values (a Reshape to them) that the data has not
+            counts = re.search(r"\((\d+) vs\. (\d+)\)", message)
+            detail = f" (the data has {counts[1]} elements, the values ask for {counts[2]})" if counts else ""
+            raise InputError(f"The input values ask for a shape the data does not have{detail}: a Reshape or Expand "
+                             "of this model takes its shape from them; check the values of its integer inputs.") from None
         raise
 
 

@@ -43,6 +43,8 @@ namespace {
 thread_local std::string g_last_error;
 // how the message of a refused index starts (forgekit.errors.INDEX_ERROR_MARKER)
 const char kIndexErrorMarker[] = "Index out of range";
+// how TVM's VM words a failed run-time shape check (forgekit.runtime.engine.SHAPE_CHECK)
+const char kShapeCheck[] = "match_cast error";
 
 struct DtypeName {
   const char* name;
@@ -318,6 +320,13 @@ int Guard(F&& body) {
     // an index the model's bounds checks refused (forgekit/passes/index_checks.py): the input's fault, exit 9
     if (e.message().rfind(forgekit::kIndexErrorMarker, 0) == 0) {
       forgekit::g_last_error = forgekit::FirstLine(e.message());
+      return FK_ERR_INPUT;
+    }
+    // a shape computed from input values that the data has not (the importer checks a Reshape to values with a
+    // match_cast): the input's fault too (forgekit/runtime/engine.py SHAPE_CHECK)
+    if (e.message().find(forgekit::kShapeCheck) != std::string::npos) {
+      forgekit::g_last_error = "The input values ask for a shape the data does not have (" +
+                               forgekit::FirstLine(e.message()) + "): check the values of the model's integer inputs.";
       return FK_ERR_INPUT;
     }
     forgekit::g_last_error = e.kind() + ": " + forgekit::FirstLine(e.message());

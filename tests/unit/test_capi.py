@@ -331,6 +331,28 @@ def test_an_index_out_of_range_is_exit_9(capi, tmp_path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+def test_a_reshape_to_values_the_data_cannot_take_is_exit_9(capi, tmp_path) -> None:
+    """A Reshape whose target is an input's values (tests/unit/test_value_shapes.py): a target of the data's
+    element count runs, another one ends with one line and exit 9 (it read past the data before the check)."""
+    import forgekit
+
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "r",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                               helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    forgekit.from_onnx(model).compile(target="host", output_path=tmp_path / "r")
+    x = save(tmp_path, "x.npy", np.arange(12, dtype=np.float32).reshape(2, 6))
+    good = run(capi, tmp_path / "r", x, save(tmp_path, "s.npy", np.array([3, -1])), out=tmp_path / "ok")
+    assert good.returncode == 0, good.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "ok" / "y.npy"), np.arange(12).reshape(3, 4))
+    done = run(capi, tmp_path / "r", x, save(tmp_path, "bad.npy", np.array([5, 5])), out=tmp_path / "o")
+    assert done.returncode == 9, done.stderr
+    assert done.stderr.count("\n") == 1 and "shape the data does not have" in done.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_replaced_artifact_is_loaded_anew(capi, tmp_path) -> None:
     """fk_open of an artifact recompiled at the same path while a handle on the old one is open: the new library
     (dlopen returned the old one for the same path string), also after `cp` onto the loaded file (same inode)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
@@ -63,6 +64,18 @@ def full_convert_map(extra: dict[str, type] | None = None) -> dict[str, type]:
     return m
 
 
+def with_symbolic_shape(bb, expr):
+    """``expr``, or where it is a tensor of known rank whose extents TVM could not express (a Slice bounded by
+    tensor values: ``x[:n]``), the same tensor with one fresh symbol per extent, bound at run time
+    (``match_cast``).  Without them the ops after it could not be lowered ("emit_te now only supports Tensor
+    that has ShapeExpr shape") and a ``Shape`` of it was no shape at all (SLANet's decoder loop)."""
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 0:
+        return expr
+    symbols = [tvm.tirx.Var(f"d{i}", "int64") for i in range(ty.ndim)]
+    return bb.match_cast(expr, relax.TensorType(symbols, ty.dtype))
+
+
 def _wrap(op_type: str, conv_cls: type) -> type:
     class _Wrapped(_fe.OnnxOpConverter):
         @classmethod
@@ -74,7 +87,7 @@ def _wrap(op_type: str, conv_cls: type) -> type:
                 try:
                     sym = fn(bb, inputs, attr, params)
                     if isinstance(sym, relax.Expr):
-                        sym = bb.normalize(sym)
+                        sym = with_symbolic_shape(bb, bb.normalize(sym))
                     return sym
                 except ImportErrorBase:
                     raise

@@ -170,8 +170,75 @@ class Reshape(_fe.Reshape):
                 return data
             if len(target) == 1 and target[0] in (1, -1):
                 return relax.ShapeExpr([data])
+        ty = getattr(inputs[1], "ty", None)
+        if (target is None and isinstance(ty, relax.TensorType) and ty.ndim == 1 and isinstance(ty.shape, relax.ShapeExpr)
+                and isinstance(ty.shape.values[0], tvm.tirx.IntImm)
+                and isinstance(getattr(getattr(data, "ty", None), "shape", None), relax.ShapeExpr)):
+            return _reshape_to_values(bb, data, inputs[1], int(ty.shape.values[0]), bool(attr.get("allowzero", 0)))
         return super()._impl_v13(bb, inputs, attr, params)
 
 
+def _reshape_to_values(bb, data, target, rank: int, allowzero: bool):
+    """``Reshape(x, t)`` where ``t`` holds values known at run time only (``Concat(Shape(h)[:1], [2, 2])`` of a
+    tensor ``h`` sliced by a value): TVM's converter wants a shape there ("Reshape requires the input new shape to
+    be Shape").  ONNX's 0 (copy the input's extent) and -1 (the rest) are resolved in int64 tensor arithmetic, and
+    the result's extents become symbols bound at run time."""
+    op = relax.op
+    i64 = lambda v: relax.const(v, "int64")  # noqa: E731
+    t = bb.normalize(op.astype(target, "int64"))
+    dims = bb.normalize(op.shape_to_tensor(op.shape_of(data)))
+    if not allowzero and 0 < rank <= int(data.ty.ndim):
+        head = bb.normalize(op.strided_slice(dims, axes=[0], begin=[0], end=[rank]))
+        t = bb.normalize(op.where(op.equal(t, i64(0)), head, t))
+    known = op.prod(op.where(op.equal(t, i64(-1)), i64(1), t))
+    t = bb.normalize(op.where(op.equal(t, i64(-1)), op.floor_divide(op.prod(dims), known), t))
+    shape = bb.emit(op.tensor_to_shape(t))
+    symbols = [tvm.tirx.Var(f"reshape_{i}", "int64") for i in range(rank)]
+    bb.match_cast(shape, relax.ShapeType(symbols))
+    # the element counts must agree, or the reshape reads past the data (a target of 5x5 for 12 values read 13
+    # floats beyond them): the flat data is matched against the target's count, which the VM checks at run time
+    total = 1
+    for dim in data.ty.shape.values:
+        total = total * dim
+    count = 1
+    for symbol in symbols:
+        count = count * symbol
+    flat = bb.match_cast(bb.normalize(op.reshape(data, relax.ShapeExpr([total]))), relax.TensorType([count], data.ty.dtype))
+    return op.reshape(flat, relax.ShapeExpr(symbols))
+
+
+def _shape_behind(bb, expr):
+    """The ``ShapeExpr`` a 1-D int64 tensor was made from (``shape_to_tensor``, through reshapes), or None."""
+    for _ in range(4):
+        if isinstance(expr, relax.ShapeExpr):
+            return expr
+        bound = bb.lookup_binding(expr) if isinstance(expr, relax.Var) else expr  # converters return calls
+        if not (isinstance(bound, relax.Call) and isinstance(bound.op, tvm.ir.Op)
+                and bound.op.name in ("relax.reshape", "relax.shape_to_tensor")):
+            return None
+        expr = bound.args[0]
+    return None
+
+
+class Tile(_fe.Tile):
+    """``Tile`` with repeats read off a shape (a class token tiled to the batch: ``Concat(Shape(x)[:1], [1, 1])``).
+    The repeats arrive as a tensor (``prepare._tile_repeats_as_tensors``: TVM's frontend refuses a shape there),
+    and TVM tiled by them at run time into fresh extents that no later shape could be proven equal to (the
+    Concat with ``x`` could not be lowered).  Where the tensor was made from a shape, its values tile
+    symbolically: ``x[1, 1, 4]`` by ``[N, 1, 1]`` is ``[N, 1, 4]``."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data, reps = inputs[0], _shape_behind(bb, inputs[1])
+        shape = getattr(getattr(data, "ty", None), "shape", None)
+        if reps is None or not isinstance(shape, relax.ShapeExpr) or len(reps.values) != len(shape.values):
+            return super()._impl_v13(bb, inputs, attr, params)
+        dims, counts = list(shape.values), list(reps.values)
+        # tile = broadcast each axis to [count, extent], then merge the two: x[d0, d1] -> [r0, d0, r1, d1]
+        spread = relax.op.reshape(data, relax.ShapeExpr([v for d in dims for v in (1, d)]))
+        wide = relax.op.broadcast_to(spread, relax.ShapeExpr([v for r, d in zip(counts, dims) for v in (r, d)]))
+        return relax.op.reshape(wide, relax.ShapeExpr([r * d for r, d in zip(counts, dims)]))
+
+
 CONVERTERS = {"Cast": Cast, "Range": Range, "Concat": Concat, "Equal": Equal, "Gather": Gather,
-              "Reshape": Reshape}
+              "Reshape": Reshape, "Tile": Tile}
