@@ -238,8 +238,9 @@ def _run(main: Any, args: list[Any]) -> Any:
         if SHAPE_CHECK in message:  # a shape computed from input values (a Reshape to them) that the data has not
             counts = re.search(r"\((\d+) vs\. (\d+)\)", message)
             detail = f" (the data has {counts[1]} elements, the values ask for {counts[2]})" if counts else ""
-            raise InputError(f"The input values ask for a shape the data does not have{detail}: a Reshape or Expand "
-                             "of this model takes its shape from them; check the values of its integer inputs.") from None
+            raise InputError(f"The input values ask for a shape the data does not have{detail}: a Reshape or "
+                             "Expand of this model takes its shape from them; check the values of its integer "
+                             "inputs.") from None
         raise
 
 

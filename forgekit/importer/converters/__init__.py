@@ -12,10 +12,11 @@ One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), :mod:`.quant_lstm`
 (com.microsoft DynamicQuantizeLSTM), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
-:mod:`.pool` (SAME padding), :mod:`.pad` (constant Pad as a Relax op), :mod:`.power` (an exponent of another type), :mod:`.shapes` (integer casts
-of symbolic shapes), :mod:`.expand` (broadcasting on symbolic dimensions), :mod:`.squeeze` (Squeeze without
-axes on symbolic dimensions: the rank the model declares); :mod:`.loop` (ONNX Loop as a recursive Relax
-function).
+:mod:`.pool` (SAME padding), :mod:`.pad` (constant Pad as a Relax op), :mod:`.power` (an exponent of another
+type), :mod:`.shapes` (integer casts of symbolic shapes, Reshape and Tile to shapes read off values),
+:mod:`.expand` (broadcasting on symbolic dimensions), :mod:`.squeeze` (Squeeze without axes on symbolic
+dimensions: the rank the model declares); :mod:`.loop` (ONNX Loop as a recursive Relax function).  Any
+converter's tensor of known rank but unknown extents gets symbols (:func:`with_symbolic_shape`).
 """
 
 from __future__ import annotations

@@ -171,7 +171,8 @@ class Reshape(_fe.Reshape):
             if len(target) == 1 and target[0] in (1, -1):
                 return relax.ShapeExpr([data])
         ty = getattr(inputs[1], "ty", None)
-        if (target is None and isinstance(ty, relax.TensorType) and ty.ndim == 1 and isinstance(ty.shape, relax.ShapeExpr)
+        if (target is None and isinstance(ty, relax.TensorType) and ty.ndim == 1
+                and isinstance(ty.shape, relax.ShapeExpr)
                 and isinstance(ty.shape.values[0], tvm.tirx.IntImm)
                 and isinstance(getattr(getattr(data, "ty", None), "shape", None), relax.ShapeExpr)):
             return _reshape_to_values(bb, data, inputs[1], int(ty.shape.values[0]), bool(attr.get("allowzero", 0)))
@@ -203,7 +204,8 @@ def _reshape_to_values(bb, data, target, rank: int, allowzero: bool):
     count = 1
     for symbol in symbols:
         count = count * symbol
-    flat = bb.match_cast(bb.normalize(op.reshape(data, relax.ShapeExpr([total]))), relax.TensorType([count], data.ty.dtype))
+    flat = bb.match_cast(bb.normalize(op.reshape(data, relax.ShapeExpr([total]))),
+                         relax.TensorType([count], data.ty.dtype))
     return op.reshape(flat, relax.ShapeExpr(symbols))
 
 
