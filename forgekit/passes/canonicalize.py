@@ -25,6 +25,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.ir import Op
 
+from .padding import conv_padding
 from .slices import exact_strided_slice
 
 # reduction over a stack of operands -> the binary op that chains them (mean divides afterwards)
@@ -114,15 +115,11 @@ class Canonicalizer(relax.PyExprMutator):
             return None
         a = call.attrs
         layout = str(a.data_layout)
-        widths = [int(w) for w in padded.attrs.pad_width]
-        spatial = [i for i, c in enumerate(layout) if c not in "NC"]
+        extra = conv_padding(layout, [int(w) for w in padded.attrs.pad_width])
         pads = [int(p) for p in a.padding]  # all befores, then all afters
-        if len(widths) != 2 * len(layout) or len(pads) != 2 * len(spatial) or any(
-                widths[2 * i] or widths[2 * i + 1] for i, c in enumerate(layout) if c in "NC"):
+        if extra is None or len(pads) != len(extra):
             return None
-        n = len(spatial)
-        padding = ([pads[k] + widths[2 * d] for k, d in enumerate(spatial)]
-                   + [pads[n + k] + widths[2 * d + 1] for k, d in enumerate(spatial)])
+        padding = [p + e for p, e in zip(pads, extra)]
         conv = relax.op.nn.conv2d if call.op.name == "relax.nn.conv2d" else relax.op.nn.conv1d
         return conv(padded.args[0], call.args[1], strides=a.strides, padding=padding, dilation=a.dilation,
                     groups=a.groups, data_layout=layout, kernel_layout=str(a.kernel_layout),

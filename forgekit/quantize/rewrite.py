@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..passes.padding import pad_widths
 from . import graph
 
 #: activation dtype -> (lowest, highest) integer value; int8 stays symmetric so zero padding is exact
@@ -172,7 +173,7 @@ def _rewriter_class() -> Any:
                 if plan.zero_point and any(padding):
                     # the border must read as 0.0, which is q = zero_point, and a conv pads with q = 0: pad
                     # explicitly (the pad then keeps NHWC: passes.quantize_layout) and let the conv pad nothing
-                    xq = emit(op.nn.pad(xq, _pad_width(str(a.data_layout), padding),
+                    xq = emit(op.nn.pad(xq, pad_widths(str(a.data_layout), padding),
                                         pad_value=float(plan.zero_point)))
                     padding = [0] * len(padding)
                 acc = emit(conv(xq, relax.const(wq), strides=a.strides, padding=padding,
@@ -193,17 +194,6 @@ def _rewriter_class() -> Any:
             return op.add(op.multiply(deq, scale), f32(offset.reshape(channel_shape)))
 
     return Rewriter
-
-
-def _pad_width(layout: str, padding: list[int]) -> list[int]:
-    """``relax.nn.pad`` widths (before, after per axis) of a conv's ``padding`` (all befores, then all afters)
-    for its data ``layout`` (NCHW, NHWC, NCW ...)."""
-    n = len(padding) // 2
-    spatial = [i for i, c in enumerate(layout) if c not in "NC"]
-    widths = [0] * (2 * len(layout))
-    for k, axis in enumerate(spatial):
-        widths[2 * axis:2 * axis + 2] = [padding[k], padding[n + k]]
-    return widths
 
 
 def rewrite(mod: Any, plans: dict[int, OpPlan]) -> Any:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
+from ...passes.padding import pad_widths
 from ._common import const_value, dtype_of, ndim_of
 
 _CONV = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}
@@ -106,7 +107,8 @@ def fast_int_conv(bb, x, w, x_zp, w_zp, attr):
         return acc
     data, padding = x, pads
     if any(pads) and (zx != 0 or np.any(zw != 0)):
-        data, padding = bb.normalize(relax.op.nn.pad(x, _pad_width(pads, nsp), pad_value=float(zx))), [0] * (2 * nsp)
+        widths = pad_widths("NC" + "DHW"[3 - nsp:], pads)
+        data, padding = bb.normalize(relax.op.nn.pad(x, widths, pad_value=float(zx))), [0] * (2 * nsp)
     acc = _CONV[nsp](data, relax.const(wv), padding=padding, groups=groups, **common)
     wsum = wv.astype(np.int64).reshape(wv.shape[0], -1).sum(axis=1).astype(np.int32).reshape([1, -1] + spatial)
     if zx_expr is not None:
@@ -119,10 +121,6 @@ def fast_int_conv(bb, x, w, x_zp, w_zp, attr):
                            wv.shape, groups, common)
         acc = relax.op.subtract(acc, relax.op.multiply(zw_view, box))
     return acc
-
-
-def _pad_width(pads: list[int], nsp: int) -> list[int]:
-    return [0, 0, 0, 0] + [v for i in range(nsp) for v in (pads[i], pads[i + nsp])]
 
 
 def _window_sums(bb, data, pads: list[int], minus, wshape, groups: int, common: dict):
