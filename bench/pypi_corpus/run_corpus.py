@@ -15,7 +15,10 @@ cannot stop the rest; default timeout 900 s):
 3. for every combination of ``sizes`` (cartesian product): seeded inputs (floats ~U[0,1), integers in
    [0, int_high), inputs listed in ``zeros`` all zero and in ``ones`` all one, frozen inputs at their value
    for onnxruntime),
-   ``engine.infer(*inputs)`` and onnxruntime (CPU, original model) on the same arrays.
+   ``engine.infer(*inputs)`` and onnxruntime (CPU, original model) on the same arrays;
+4. at the first sizes, forgekit's and onnxruntime's latency, 2 threads each, best of three rounds
+   (:func:`time_against_ort`): the table's ``ms (x ORT)``.  Not a benchmark (one run on a shared machine), a
+   tripwire: a model several times slower than onnxruntime has fallen off a fast path.
 
 Pass criterion: for every output of every size, shapes match and
 ``np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max|ref|)``; where that fails, ``onnx.reference`` (the
@@ -169,6 +172,37 @@ def ort_session(path: Path):
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def time_against_ort(engine, path: Path, order: list[str], feeds: dict) -> dict:
+    """Latency of forgekit and of onnxruntime (2 threads each, the threads a 2-core runner has) at the first
+    sizes: three rounds of ~0.7 s per runtime, the best round's median of each (as ``bench/bench_dynamic.py``).
+    Runs of one runtime are kept together: after a call, either runtime's workers spin for a while and would
+    take the cores from the other's next call.  A ratio far above 1 is how a silent fall-back shows (SLANet
+    ran 8.5x onnxruntime while its convs stayed NCHW)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 2, 1, 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    args = [feeds[n] for n in order]
+    sides = {"forgekit": lambda: engine.infer(*args), "onnxruntime": lambda: sess.run(None, feeds)}
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for side, call in sides.items():
+            call()
+            t0 = time.perf_counter()
+            call()
+            n = int(min(30, max(3, 0.7 / max(time.perf_counter() - t0, 1e-4))))
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t0)
+            best[side] = min(best.get(side, float("inf")), 1e3 * float(np.median(times)))
+    ms, ort_ms = best["forgekit"], best["onnxruntime"]
+    return {"ms": round(ms, 3), "ort_ms": round(ort_ms, 3), "ratio": round(ms / ort_ms, 3)}
 
 
 def compare(got, ref) -> dict:
@@ -332,6 +366,9 @@ def worker(name: str, out_json: Path, static: bool = False) -> None:
                 run.update(second_opinion(path, feeds, got, ref))
             if not run["ok"]:
                 run.update(own_sensitivity(path, feeds, got, ref))
+        if res["runs"] and not res["runs"][0].get("error"):
+            res["stage"] = "time"
+            res["timing"] = time_against_ort(engine, path, order, make_feeds(entry, model_inputs, combos[0]))
         res["stage"] = "done"
     finally:
         save()
@@ -401,8 +438,8 @@ def _fmt(x) -> str:
 
 def table(results: list[dict], order: list[str]) -> str:
     rank = {n: i for i, n in enumerate(order)}
-    rows = ["| model | kind | ops of note | dynamic dims | compile s | max abs err per size | result |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| model | kind | ops of note | dynamic dims | compile s | max abs err per size | ms (x ORT) | result |",
+            "|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: rank.get(r["name"], 1e9)):
         per = []
         for run in r.get("runs", []):
@@ -415,9 +452,10 @@ def table(results: list[dict], order: list[str]) -> str:
         dyn = ", ".join(r.get("dynamic", [])) or "-"
         result = "pass" if r["status"] == "pass" else f"{r['status'].upper()}: {short_message(r.get('message', ''))}"
         result = result.replace("|", "\\|").replace("\n", " ")
-        comp = r.get("compile_s")
+        comp, t = r.get("compile_s"), r.get("timing")
+        speed = f"{t['ms']:.3g} ({t['ratio']:.2f}x)" if t else "-"
         rows.append(f"| {r['name']} | {kind} | {', '.join(r.get('ops', []))} | {dyn} | "
-                    f"{'-' if comp is None else f'{comp:.0f}'} | {'<br>'.join(per) or '-'} | {result} |")
+                    f"{'-' if comp is None else f'{comp:.0f}'} | {'<br>'.join(per) or '-'} | {speed} | {result} |")
     n_pass = sum(r["status"] == "pass" for r in results)
     rows.append(f"\n{n_pass}/{len(results)} pass (rtol {RTOL:g}, atol {ATOL_REL:g}·max|ref|; sizes in "
                 f"dynamic-dims order; ✗ = not allclose; † = differs from onnxruntime, matches the ONNX spec's "
