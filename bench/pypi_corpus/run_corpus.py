@@ -163,12 +163,12 @@ def make_feeds(entry: dict, model_inputs, combo: dict[str, int], seed: int = 0) 
     return feeds
 
 
-def ort_session(path: Path):
+def ort_session(path: Path, threads: int = 1):
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -179,13 +179,10 @@ def time_against_ort(engine, path: Path, order: list[str], feeds: dict) -> dict:
     sizes: three rounds of ~0.7 s per runtime, the best round's median of each (as ``bench/bench_dynamic.py``).
     Runs of one runtime are kept together: after a call, either runtime's workers spin for a while and would
     take the cores from the other's next call.  A ratio far above 1 is how a silent fall-back shows (SLANet
-    ran 8.5x onnxruntime while its convs stayed NCHW)."""
+    ran 3.2x onnxruntime while its convs stayed NCHW)."""
     import numpy as np
-    import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 2, 1, 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = ort_session(path, threads=2)
     args = [feeds[n] for n in order]
     sides = {"forgekit": lambda: engine.infer(*args), "onnxruntime": lambda: sess.run(None, feeds)}
     best: dict[str, float] = {}
