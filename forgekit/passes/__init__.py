@@ -35,20 +35,22 @@ class GraphPass:
 
     name: str
     level: int
-    make: Callable[[], Any]
+    make: Callable[..., Any]
     #: (precision, layout) -> whether it runs; default: always
     when: Callable[[str, str | None], bool] = lambda precision, layout: True
+    #: ``make`` takes the opt level: a pass whose work depends on what the level's backend does after it
+    per_level: bool = False
 
 
 GRAPH_PASSES: list[GraphPass] = []
 
 
-def register_pass(name: str, level: int, make: Callable[[], Any],
-                  when: Callable[[str, str | None], bool] | None = None) -> None:
-    """Append a pass to the pipeline (names are unique)."""
+def register_pass(name: str, level: int, make: Callable[..., Any],
+                  when: Callable[[str, str | None], bool] | None = None, per_level: bool = False) -> None:
+    """Append a pass to the pipeline (names are unique); ``per_level``: ``make(opt_level)``."""
     if any(p.name == name for p in GRAPH_PASSES):
         raise ValueError(f"A graph pass named '{name}' is already registered.")
-    GRAPH_PASSES.append(GraphPass(name, level, make, when or (lambda precision, layout: True)))
+    GRAPH_PASSES.append(GraphPass(name, level, make, when or (lambda precision, layout: True), per_level))
 
 
 def _relax(name: str, **kwargs: Any) -> Callable[[], Any]:
@@ -108,10 +110,11 @@ def _fold_batch_norms() -> Any:
     return fold_batch_norms_pass()
 
 
-def _long_reductions() -> Any:
+def _long_reductions(opt_level: int) -> Any:
     from .long_reductions import long_reductions_pass
 
-    return long_reductions_pass()
+    # level 3+ backends sum a softmax row in vector-wide partial sums themselves (see long_reductions.WHOLE_ROW)
+    return long_reductions_pass(whole_softmax_rows=opt_level >= 3)
 
 
 def _to_nhwc() -> Any:
@@ -161,11 +164,12 @@ register_pass("FoldConstant.3", 3, _fold_constant)
 register_pass("forgekit.ToNHWC", 0, _to_nhwc, when=lambda precision, layout: layout == "last")
 register_pass("FoldConstant.layout", 0, _fold_constant, when=lambda precision, layout: layout == "last")
 # every level and precision; last: ToMixedPrecision cannot type the call_tir it emits, ToNHWC moves the means
-register_pass("forgekit.LongReductions", 0, _long_reductions)
+register_pass("forgekit.LongReductions", 0, _long_reductions, per_level=True)
 
 
 def graph_passes(opt_level: int, *, precision: str = "float32", layout: str | None = None) -> list[Any]:
     """The Relax passes that run before lowering for ``opt_level`` and the options."""
     if opt_level not in OPT_LEVELS:
         raise UsageError(f"opt_level must be one of {sorted(OPT_LEVELS)}, got {opt_level!r}.")
-    return [p.make() for p in GRAPH_PASSES if opt_level >= p.level and p.when(precision, layout)]
+    return [p.make(opt_level) if p.per_level else p.make()
+            for p in GRAPH_PASSES if opt_level >= p.level and p.when(precision, layout)]

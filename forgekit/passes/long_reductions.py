@@ -47,6 +47,12 @@ BLOCK = 1 << 12
 WHOLE_ROWS = 64
 #: partial sums per block of a row (the split axis innermost): one vector of fp32 on AVX-512 (see block_sums)
 LANES = 16
+#: at level 3+, a softmax / log_softmax over a static innermost axis up to this long stays one kernel: the CPU
+#: legalization (``backends/cpu/fast_math.py``) pads the row to whole vectors and the row rule keeps one partial
+#: sum per lane (4+ lanes: <= LONG terms each, the error LONG allows); DLight's GPU reduction sums across
+#: threads.  Split, PP-OCRv6 rec's [40, 18710] softmax took 3 kernels and 3 passes over the rows (4.0 ms, 11x
+#: onnxruntime's kernel alone), whole 0.4 ms.  Levels 0-2 schedule nothing, so they split as before.
+WHOLE_ROW = 4 * LONG
 _SUM_OPS = ("relax.sum", "relax.mean", "relax.variance")
 _SOFTMAX_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
 _MEAN_OPS = ("relax.nn.avg_pool2d",)
@@ -212,6 +218,7 @@ def _rewriter(mod: Any) -> Any:
     class LongSums(PyExprMutator):
         bounds: dict[str, int] = {}
         changed = False
+        whole_softmax_rows = False
 
         def long_sum(self, x: Any, axes: list[int], keepdims: bool, count: Any = None, maximum: bool = False
                      ) -> Any:
@@ -280,6 +287,9 @@ def _rewriter(mod: Any) -> Any:
             if reduced is None or plan(list(shape.values), reduced[0], self.bounds) is None:
                 return call
             axes, keepdims = reduced
+            if self.whole_softmax_rows and name in _SOFTMAX_OPS and axes == [len(shape.values) - 1] \
+                    and str(x.ty.dtype) == "float32" and (_int(shape.values[-1]) or WHOLE_ROW + 1) <= WHOLE_ROW:
+                return call
             self.changed = True
             emit = self.builder_.emit
             if name == "relax.sum":
@@ -322,26 +332,28 @@ def _has_candidate(func: Any) -> bool:
     return bool(found)
 
 
-def split_long_sums(mod: Any) -> Any:
-    """Every long float sum of ``mod``'s Relax functions in two (or more) stages (see the module docstring)."""
+def split_long_sums(mod: Any, whole_softmax_rows: bool = False) -> Any:
+    """Every long float sum of ``mod``'s Relax functions in two (or more) stages (see the module docstring);
+    ``whole_softmax_rows``: not the softmax rows of up to :data:`WHOLE_ROW` (level 3+)."""
     from tvm import relax
 
     funcs = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, relax.Function) and _has_candidate(f)]
     if not funcs:
         return mod
     rewriter = _rewriter(mod)
+    rewriter.whole_softmax_rows = whole_softmax_rows
     for gv, func in funcs:
         rewriter.bounds = _bounds(func)
         rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     return rewriter.builder_.finalize() if rewriter.changed else mod
 
 
-def long_reductions_pass() -> Any:
+def long_reductions_pass(whole_softmax_rows: bool = False) -> Any:
     """:func:`split_long_sums` as a module pass."""
     import tvm
 
     @tvm.transform.module_pass(opt_level=0, name="forgekit.LongReductions")
     def rewrite(mod: Any, _ctx: Any) -> Any:
-        return split_long_sums(mod)
+        return split_long_sums(mod, whole_softmax_rows)
 
     return rewrite

@@ -3,13 +3,17 @@
 Every block in the function reduces over (or maps along) the innermost axis of the same rows.
 Schedule (as dlight.cpu.Reduction does): inline elementwise producers, fuse the leading row loops
 of the output block and parallelize them, compute every other block at that row loop so one row
-stays in L1 across max / exp-sum / normalize, and vectorize the spatial inner loops.
+stays in L1 across max / exp-sum / normalize, and vectorize the spatial inner loops.  A producer that
+several blocks read and that costs more than :data:`CHEAP_FLOPS` per element (softmax's exp: 85) is not
+inlined but computed once per row, where it stays in cache for its readers: inlined, softmax computed every
+exp twice.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tvm import s_tir
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
@@ -26,6 +30,21 @@ from .common import (
 
 if TYPE_CHECKING:
     from ....targets.isa import IsaInfo
+
+
+#: FLOPs per element (TVM's estimate) up to which a producer is inlined into all its readers: a subtraction, a
+#: pad's select; an exp (85) is computed once per row instead
+CHEAP_FLOPS = 8
+
+
+def _shared_and_costly(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether inlining ``block`` would repeat real work: it has several readers and is not cheap."""
+    if len(sch.get_consumers(block)) < 2:
+        return False
+    try:
+        return float(s_tir.analysis.estimate_tir_flops(sch.get(block))) > CHEAP_FLOPS
+    except Exception:  # noqa: BLE001 - TVM cannot estimate it: inline, as before
+        return False
 
 
 class ReductionRule(ScheduleRule):
@@ -46,7 +65,7 @@ class ReductionRule(ScheduleRule):
     def apply(self, sch: Schedule, red: SBlockRV, tinfo: IsaInfo, knobs: dict[str, Any] | None = None) -> Schedule:
         lanes = tinfo.vec_lanes
         for b in blocks_of(sch):
-            if not is_reduction(sch, b) and not is_output_block(sch, b):
+            if not is_reduction(sch, b) and not is_output_block(sch, b) and not _shared_and_costly(sch, b):
                 try_inline(sch, b)
         # vectorize row reductions: k -> (ko, ki=lanes), rfactor ki into a lanes-wide partial
         # accumulator (vector max/sum), then a short serial reduction of the lanes
