@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from ..errors import INDEX_ERROR_MARKER as MARKER  # the runtimes look for it to give exit 9
+from .functions import rewrite_functions
 from .names import ORIGINAL_NAMES
 
 #: TVM's error kind of the assertion (tvm_ffi raises the Python exception of that name)
@@ -194,11 +195,7 @@ class _Checker(relax.PyExprMutator):
 
 def check_indices(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with every gather-like call's non-constant indices checked (see the module docstring)."""
-    checker = _Checker(mod)
-    for gv, func in list(mod.functions_items()):
-        if isinstance(func, relax.Function):
-            checker.builder_.update_func(gv, checker.visit_expr(func))
-    return checker.builder_.get()
+    return rewrite_functions(_Checker(mod), mod)
 
 
 def check_indices_pass() -> Any:

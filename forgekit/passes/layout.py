@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .functions import rewrite_functions
+
 log = logging.getLogger("forgekit.passes")
 
 
@@ -93,10 +95,6 @@ def cast_variables_pass() -> Any:
 
     @tvm.transform.module_pass(opt_level=0, name="forgekit.CastVariables")
     def bind(mod: Any, _ctx: Any) -> Any:
-        mutator = Bind(mod)
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gv, mutator.visit_expr(func))
-        return mutator.builder_.get()
+        return rewrite_functions(Bind(mod), mod)
 
     return bind

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .functions import rewrite_functions
+
 
 def static_elements(expr: Any) -> int | None:
     """How many elements ``expr`` (a Relax tensor) has, or None when a dimension is symbolic or unknown."""
@@ -99,10 +101,6 @@ def quantize_keeps_layout_pass() -> Any:
 
     @tvm.transform.module_pass(opt_level=0, name="forgekit.QuantizeKeepsLayout")
     def sink(mod: Any, _ctx: Any) -> Any:
-        mutator = Sink(mod)
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gv, mutator.visit_expr(func))
-        return mutator.builder_.get()
+        return rewrite_functions(Sink(mod), mod)
 
     return sink

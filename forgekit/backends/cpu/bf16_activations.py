@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import tvm
 from tvm import relax, te
 
+from ...passes.functions import rewrite_functions
 from . import bf16
 
 if TYPE_CHECKING:
@@ -163,11 +164,7 @@ def bf16_activations(mod: Any, tinfo: IsaInfo) -> Any:
     """Rewrite every Relax function of ``mod`` (NHWC, before legalization) as the module docstring says."""
     if not bf16.has_bf16(tinfo):
         return mod
-    rewrite = _Rewrite(mod, tinfo)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewrite.builder_.update_func(gv, rewrite.visit_expr(func))
-    return rewrite.builder_.get()
+    return rewrite_functions(_Rewrite(mod, tinfo), mod)
 
 
 def bf16_activations_pass(target: Any) -> Any:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...passes.functions import rewrite_functions
+
 #: GEMM extents (of M, N, K) that must be expressions before a matmul is rewritten: with one it builds
 MIN_EXPRESSION_EXTENTS = 2
 
@@ -70,10 +72,10 @@ def plain_gemm_extents_pass() -> Any:
     @tvm.transform.module_pass(opt_level=0, name="forgekit.PlainGemmExtents")
     def run(mod: Any, _ctx: Any) -> Any:
         rewriter = PlainExtents(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.named = {}
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        return rewriter.builder_.finalize()
+
+        def fresh(_gv: Any, _func: Any) -> None:
+            rewriter.named = {}
+
+        return rewrite_functions(rewriter, mod, each=fresh, finalize=True)
 
     return run
