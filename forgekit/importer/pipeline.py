@@ -42,6 +42,7 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None, a
     from .advice import checked_advice
     from .check import convert, unsupported_ops
     from .converters.squeeze import SqueezePin
+    from .dataflow import dataflow_around_control_flow
     from .declared import declared_ranks
     from .prepare import prepare_onnx
     from .qdq import fuse_qdq
@@ -87,6 +88,7 @@ def import_source(source: OnnxSource, *, extra_converters: dict | None = None, a
                 raise ConversionError(None, None, unprovable)
             if not kwargs.get("keep_params_in_input"):
                 mod = fold_constants_numpy(canonicalize(mod))
+            mod = dataflow_around_control_flow(mod)
     except ConversionError as exc:
         interrupts.check(exc)
         hint, fixed = checked_advice(source, inputs, lambda candidate: import_source(
