@@ -73,6 +73,25 @@ def test_input_validation(engine, feeds, message) -> None:
         engine.infer(*feeds)
 
 
+def test_a_checked_signature_is_not_checked_again_and_a_new_one_is(engine, convnet_input, monkeypatch) -> None:
+    """Inputs of the shapes and dtypes the last call passed skip the checks (~10 us of a streaming model's
+    call); any other input is checked in full, after a good call as before one: bad input never slips through."""
+    from forgekit.runtime import engine as engine_module
+
+    calls = []
+    real = engine_module.check_inputs
+    monkeypatch.setattr(engine_module, "check_inputs", lambda *a: calls.append(1) or real(*a))
+    engine.infer(convnet_input)
+    engine.infer(convnet_input * 2)
+    assert len(calls) <= 1
+    for bad in (np.zeros((1, 3, 16, 16), np.float32), convnet_input.astype(np.float64),
+                convnet_input.astype(">f4"), convnet_input.tolist()):
+        with pytest.raises(InputError):
+            engine.infer(bad)
+        engine.infer(convnet_input)  # and the good signature again, between each
+    assert_close(engine.infer(convnet_input)[0], engine.infer(convnet_input.copy())[0])
+
+
 def test_benchmark_and_warm_up(engine) -> None:
     engine.warm_up(2)
     stats = engine.benchmark(n=5)
