@@ -27,6 +27,7 @@ class Lowered:
 
     executable: Any
     weights: Any = None  # a forgekit.backends.cpu.weights.WeightStore
+    io: Any = None  # a forgekit.backends.cpu.io_buffers.IoPlan (CPU targets)
 
 
 @dataclass
@@ -174,8 +175,13 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, rep
         from .backends.cpu.weights import WeightStore
 
         weights = WeightStore()
+    io = None
+    if spec.is_cpu:
+        from .backends.cpu.io_buffers import IoPlan
+
+        io = IoPlan()
     pipeline = lowering_pipeline(spec, target, opt_level, precision=precision, database=database, weights=weights,
-                                 gpu_kernels=gpu_kernels)
+                                 gpu_kernels=gpu_kernels, io=io)
     start = time.perf_counter()
     with target, build_scope(spec, opt_level):
         executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
@@ -184,7 +190,7 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, rep
     if scheduled and rules:
         report.schedule_rules = dict(sorted(STATS.items()))
         report.kernel_flops = dict(sorted(FLOPS.items()))
-    return Lowered(executable, weights if weights is not None and weights.arrays else None)
+    return Lowered(executable, weights if weights is not None and weights.arrays else None, io)
 
 
 #: TVM messages that mean "a shape could not be resolved" -> what the user can do about it

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .artifact.layout import RECORDS_DIR
 from .artifact.outputs import atomic_directory, check_output, check_space
 from .artifact.writer import CompileResult, write_artifact
+from .backends.cpu.io_buffers import IoPlan
 from .backends.link import link_levels, linker
 from .build import BuildReport, TuningSetup, build_executables
 from .errors import UsageError
@@ -73,8 +74,9 @@ def compile_model(mod: Any, model: ModelDescription, options: CompileOptions, *,
             linked = link_levels(tmp, executables, spec, fcompile, options.opt_level,
                                  shared_weights=options.encrypt_password is None)
             report.seconds["export"] = round(time.perf_counter() - t_export, 3)
+            io = IoPlan.of_levels([b.io for b in built])
             return write_artifact(tmp, output.absolute(), linked, spec, model, options, report, start,
-                                  ir_text=text, records=staging)
+                                  ir_text=text, records=staging, io=io.to_metadata() if io is not None else None)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

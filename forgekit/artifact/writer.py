@@ -43,7 +43,7 @@ class CompileResult:
 
 def write_artifact(tmp: Path, final: Path, linked: Linked, spec: TargetSpec, model: ModelDescription,
                    options: CompileOptions, report: BuildReport, start: float, ir_text: str | None = None,
-                   records: Path | None = None) -> CompileResult:
+                   records: Path | None = None, io: dict[str, Any] | None = None) -> CompileResult:
     """Fill ``tmp`` (renamed to ``final`` by the caller), where ``linked`` (:func:`forgekit.backends.link.link_levels`)
     put the libraries, and return what the artifact will be."""
     library = tmp / LIBRARY_FILE
@@ -62,6 +62,7 @@ def write_artifact(tmp: Path, final: Path, linked: Linked, spec: TargetSpec, mod
     sha, size = file_digest(library)  # of the encrypted file when encrypted: what is shipped
     context = _metadata_context(spec, model, options, artifact_uuid, sha, size, compile_seconds, linked)
     context["build"]["levels"] = [v.name for v, _ in files if v.name]
+    context["build"]["io"] = io  # what Engine may skip copying (forgekit.backends.cpu.io_buffers)
     if len(files) > 1:
         context["library"]["variants"] = [variant_entry(v.name, p, v.cpu_features) for v, p in files]
     if shared is not None:  # the levels' common weights (forgekit.backends.cpu.shared_weights)

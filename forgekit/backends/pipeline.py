@@ -18,17 +18,18 @@ def uses_cpu_schedules(opt_level: int, is_cpu: bool) -> bool:
 
 
 def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precision: Precision = Precision.FP32,
-                      database: Any = None, weights: Any = None, gpu_kernels: GpuKernels = GpuKernels.AUTO) -> Any:
+                      database: Any = None, weights: Any = None, gpu_kernels: GpuKernels = GpuKernels.AUTO,
+                      io: Any = None) -> Any:
     """The Relax->VM pipeline for ``spec`` (built as the ``tvm.target.Target`` ``target``) at ``opt_level``.
 
     ``database``: tuning records, ``weights``: a :class:`.cpu.weights.WeightStore` the large constants are lifted
-    into (CPU targets at levels 3-4).  ``gpu_kernels``: whose convolutions a CUDA target runs.  A target of another kind gets TVM's default pipeline (with fusion from
+    into (CPU targets at levels 3-4).  ``io``: a :class:`.cpu.io_buffers.IoPlan` a CPU build fills.  ``gpu_kernels``: whose convolutions a CUDA target runs.  A target of another kind gets TVM's default pipeline (with fusion from
     level 2).
     """
     if spec.is_cpu:
         from .cpu.pipeline import lowering_pipeline as cpu
 
-        return cpu(target, opt_level, precision=precision, database=database, weights=weights)
+        return cpu(target, opt_level, precision=precision, database=database, weights=weights, io=io)
     if spec.is_cuda:
         from .cuda.pipeline import lowering_pipeline as cuda
 

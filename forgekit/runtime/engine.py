@@ -4,7 +4,8 @@ It loads ``libtvm_runtime.so`` next to ``tvm_ffi`` and drives the Relax VM throu
 so a deployment needs ``apache-tvm-ffi``, numpy and the runtime library only.  Before any of the
 artifact's code runs it checks that this machine can execute it (:mod:`.compat`; for CUDA artifacts the GPU
 and its libraries too, :mod:`.device`); inputs are checked against the metadata (:mod:`.inputs`) and copied
-into aligned buffers (:mod:`.loader`), or onto the GPU (:mod:`.transfer`) unless they are there already.
+into aligned buffers when the kernels need it (:mod:`.loader`), or onto the GPU (:mod:`.transfer`) unless they
+are there already.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .inputs import check_inputs, example_inputs
 from .integrity import check_files, load_path
 from .loader import aligned_copy, ensure_runtime, fit_threads_to_load, runtime_library
 from .stats import latency_stats, time_calls
-from .transfer import check_device_inputs, on_device, synchronizer, to_numpy
+from .transfer import check_device_inputs, hand_over, on_device, synchronizer, to_numpy
 
 _POOLED_ALLOCATOR = 2
 
@@ -110,6 +111,12 @@ class Engine:
         #: the (shape, dtype) of each input of the last call that passed :func:`check_inputs`
         self._checked: tuple[Any, ...] | None = None
         self._outputs = model.get("outputs", [])
+        # what the build found (forgekit.backends.cpu.io_buffers): inputs read where they are, and the outputs
+        # each call allocates anew, handed over without a copy; older artifacts: aligned copies both ways
+        io = (self.metadata.get("build") or {}).get("io") or {}
+        self._alignment = 0 if io.get("input_alignment") == "element" else 64
+        owned = io.get("owned_outputs") if self.device.kind == "cpu" else None
+        self._owned = tuple(bool(flag) for flag in owned) if isinstance(owned, list) else ()
 
     # ------------------------------------------------------------------ description (from the metadata)
     input_names = property(lambda self: [t["name"] for t in self._inputs], doc="Input names, in order.")
@@ -145,7 +152,7 @@ class Engine:
             if seen != self._checked or None in seen:
                 arrays = check_inputs(self._inputs, arrays, ranges)
                 self._checked = None if None in seen else seen
-        return [aligned_copy(np.asarray(a)) for a in arrays]
+        return [aligned_copy(np.asarray(a), self._alignment) for a in arrays]
 
     def _arguments(self, inputs: tuple[Any, ...]) -> list[Any]:
         """The VM's arguments: tensors on this engine's device (host arrays copied there)."""
@@ -156,11 +163,15 @@ class Engine:
     def infer(self, *inputs: Any, as_numpy: bool = True) -> list[Any]:
         """Run the model on arrays given positionally or as one ``{name: array}`` dict.
 
-        Returns the outputs as a list of numpy arrays (copies: they stay valid after the next call); with
-        ``as_numpy=False``, as tensors on the engine's device (DLPack: ``torch.from_dlpack(t)``, no copy).
+        Returns the outputs as a list of numpy arrays (the caller's own: they stay valid after the next call; an
+        output the call allocated is handed over as it is, any other is copied); with ``as_numpy=False``, as
+        tensors on the engine's device (DLPack: ``torch.from_dlpack(t)``, no copy).
         """
         outputs = _flatten(_run(self._main, self._arguments(inputs)))
-        return [to_numpy(t) for t in outputs] if as_numpy else outputs
+        if not as_numpy:
+            return outputs
+        owned = self._owned if len(self._owned) == len(outputs) else ()
+        return [hand_over(t) if owned and owned[k] else to_numpy(t) for k, t in enumerate(outputs)]
 
     def prepared_call(self, *inputs: Any) -> Any:
         """A zero-argument function running the model on ``inputs`` (checked and converted once, on the device

@@ -174,9 +174,13 @@ def pool_threads() -> int | None:
     return getattr(_PROBE.local, "threads", None) if _PROBE is not None else None
 
 
-def aligned_copy(array: np.ndarray) -> np.ndarray:
-    """``array`` itself when C-contiguous and 64-byte aligned, else an aligned contiguous copy."""
-    if array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0:
+def aligned_copy(array: np.ndarray, alignment: int = _ALIGN) -> np.ndarray:
+    """``array`` itself when C-contiguous, writable (DLPack cannot export a read-only array: a memory-mapped
+    ``np.load(..., mmap_mode="r")``) and ``alignment``-byte aligned (0: its element's alignment, what the
+    kernels of an artifact with ``build.io.input_alignment == "element"`` need), else a 64-byte aligned
+    contiguous copy."""
+    aligned = array.flags.aligned if alignment == 0 else array.ctypes.data % alignment == 0
+    if array.flags.c_contiguous and array.flags.writeable and aligned:
         return array
     raw = np.empty(array.nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN

@@ -75,6 +75,14 @@ def device_tensor(value: Any, device: Device) -> Any:
     return out
 
 
+def hand_over(tensor: Any) -> np.ndarray:
+    """An output tensor in host memory that nothing else refers to, as a numpy array without a copy; a copy
+    where numpy imports DLPack read-only (numpy < 2.2.5, or an unversioned capsule: numpy#28599), so the
+    caller may always write to what :meth:`~forgekit.runtime.Engine.infer` returns."""
+    array = np.from_dlpack(tensor)
+    return array if array.flags.writeable else array.copy()
+
+
 def to_numpy(tensor: Any) -> np.ndarray:
     """A host copy of an output tensor (it stays valid after the next inference)."""
     import tvm_ffi

@@ -30,6 +30,7 @@ CONTEXT = {
         "cpu_features": ["avx", "avx2", "avx512f", "fma", "sse", "sse2"], "gpu_arch": None,
         "toolchain": {"linker": "g++", "linker_version": "g++ 12"},
         "compile_seconds": 1.5,
+        "io": {"input_alignment": "element", "owned_outputs": [True]},
     },
     "versions": {"forgekit": "0.1.0", "tvm": "0.27.0.post1", "tvm_ffi": "0.1.14.post0", "onnx": "1.20.0"},
 }
@@ -46,6 +47,7 @@ CUDA_BUILD = {
     "toolchain": {"linker": "aarch64-linux-gnu-g++", "linker_version": "aarch64-linux-gnu-g++ 12",
                   "nvcc": "/usr/local/bin/nvcc", "nvcc_version": "13.0", "cuda_arch": "sm_87",
                   "device_code": "fatbin"},
+    "io": None,
 }
 
 

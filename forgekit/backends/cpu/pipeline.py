@@ -14,6 +14,8 @@ target (each level of a portable target)::
     phase 6  schedule                  forgekit's rules (or the best tuning record) on every fused kernel
     phase 7  lift weights              large constants into the library's read-only data (artifact builds)
     phase 8  lower                     TVM's CPU dataflow lowering and finalization
+    -- every level --
+    phase 9  I/O buffers               kernels read inputs at any address, owned outputs found (io_buffers.py)
 
 Batch norms are folded once, by the graph passes (``forgekit.FoldBatchNorm``, level 2): forgekit's pattern takes
 the convolution bias ONNX exporters put between conv and norm, which TVM's ``FoldBatchnormToConv2D`` (once also
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ...options import Precision
 
 if TYPE_CHECKING:
+    from .io_buffers import IoPlan
     from .registry import RecordQuery
     from .weights import WeightStore
 
@@ -47,13 +50,16 @@ class CpuLowering:
 
 
 def lowering_pipeline(target: Any, opt_level: int, *, precision: Precision = Precision.FP32,
-                      database: RecordQuery | None = None, weights: WeightStore | None = None) -> Any:
+                      database: RecordQuery | None = None, weights: WeightStore | None = None,
+                      io: IoPlan | None = None) -> Any:
     """The Relax->VM pipeline of a CPU target at ``opt_level``: phase 0, then TVM's pipeline below level 3
-    (without it, TVM's CPU output is 10-40x slower than onnxruntime) or phases 1-8."""
+    (without it, TVM's CPU output is 10-40x slower than onnxruntime) or phases 1-8, then phase 9 (which fills
+    ``io``)."""
     import tvm
     from tvm import relax
 
     from ...passes.index_checks import check_indices_pass
+    from .io_buffers import io_buffers_pass
 
     if opt_level >= 3:
         pipeline = scheduled_pipeline(CpuLowering(target, Precision(precision), database, weights))
@@ -61,7 +67,8 @@ def lowering_pipeline(target: Any, opt_level: int, *, precision: Precision = Pre
         pipeline = relax.get_default_pipeline(target)
     else:
         pipeline = relax.get_pipeline("default_build")
-    return tvm.transform.Sequential([check_indices_pass(), pipeline], name="forgekit.CheckedPipeline")
+    return tvm.transform.Sequential([check_indices_pass(), pipeline, io_buffers_pass(io)],
+                                    name="forgekit.CheckedPipeline")
 
 
 def cpu_pipeline(target: Any = None, use_nhwc: bool = True, fast_math: bool = True, pack_weights: bool = True,
