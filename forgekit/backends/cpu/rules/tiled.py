@@ -171,6 +171,29 @@ def _is_identity_copy(sch: Schedule, blk: SBlockRV) -> bool:
     return all(a.same_as(c) for a, c in zip(ld.indices, st.indices))
 
 
+def _pads_inner_axis(sch: Schedule, blk: SBlockRV) -> bool:
+    """A pad whose in-bounds test (``if_then_else`` or ``Select``) is on the innermost axis it writes: the
+    matmul's vector axis when it pads the columns of the right operand (a dynamic sequence length rounded up
+    to whole vectors).  Inlined, the test and the clamped read it guards run per lane: a gather."""
+    import tvm_ffi
+
+    st = sch.get(blk).body
+    if not isinstance(st, tirx.BufferStore) or not st.indices:
+        return False
+    inner = set(tirx.analysis.undefined_vars(st.indices[-1]))
+    tests: list[Any] = []
+
+    def note(node: Any) -> Any:
+        if isinstance(node, tirx.Select):
+            tests.append(node.condition)
+        elif getattr(node.op, "name", "") in ("prim.if_then_else", "tirx.if_then_else"):
+            tests.append(node.args[0])
+        return node
+
+    tvm_ffi.structural_map(st.value, [(tvm.ir.Call, note), (tirx.Select, note)], order="post")
+    return any(v in inner for test in tests for v in tirx.analysis.undefined_vars(test))
+
+
 def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None, int]:
     """Extents of the vector and register axes (None: symbolic), and the power of two the register axis is
     known to be a multiple of when symbolic (:func:`~..tiling.symbolic_factor`)."""
@@ -312,7 +335,7 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
     for p in producers:  # padding / transposes feeding the kernel: own parallel loop nest
         if _is_identity_copy(sch, p) and try_inline(sch, p):
             continue  # e.g. the zero-size "pad" of a 1x1 conv: read the input directly
-        if red_extent <= 25 and try_inline(sch, p):
+        if red_extent <= 25 and not _pads_inner_axis(sch, p) and try_inline(sch, p):
             continue  # depthwise: a separate padded copy costs more than the bounds checks
         parallel_spatial(sch, p, lanes)
     return sch
