@@ -160,8 +160,9 @@ def legalize_map(target: Any, build: CpuLowering) -> dict[str, Any]:
     from .fast_math import legalize_map as fast_math_map
     from .int8 import make_conv2d_int8_legalize, make_matmul_int8_legalize
     from .packed_conv import make_conv2d_legalize, make_matmul_legalize
+    from .views import legalize_reshape
 
-    m: dict[str, Any] = {}
+    m: dict[str, Any] = {"relax.reshape": legalize_reshape}  # symbolic reshapes stay views (views.py)
     if build.fast_math:
         m.update(fast_math_map())
     if build.pack_weights:
