@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -53,6 +54,9 @@ class Engine:
         for another architecture or for CPU features this CPU lacks (checked before any code runs).
     NotAvailableError
         A CUDA artifact where the GPU, its driver or the CUDA runtime library is missing (one line: which).
+
+    An Engine may be shared between threads: its calls run one at a time (TVM's VM is not reentrant).  For
+    inferences in parallel, give each thread its own Engine.
     """
 
     def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None,
@@ -111,6 +115,10 @@ class Engine:
         #: the (shape, dtype) of each input of the last call that passed :func:`check_inputs`
         self._checked: tuple[Any, ...] | None = None
         self._outputs = model.get("outputs", [])
+        # one call at a time: TVM's Relax VM keeps its frames and registers in the VM object, and two threads
+        # running it at once got each other's registers ("Check failed: reg < frame->register_file.size()"),
+        # wrong outputs, or a segfault
+        self._lock = threading.Lock()
         # what the build found (forgekit.backends.cpu.io_buffers): inputs read where they are, and the outputs
         # each call allocates anew, handed over without a copy; older artifacts: aligned copies both ways
         io = (self.metadata.get("build") or {}).get("io") or {}
@@ -167,7 +175,9 @@ class Engine:
         output the call allocated is handed over as it is, any other is copied); with ``as_numpy=False``, as
         tensors on the engine's device (DLPack: ``torch.from_dlpack(t)``, no copy).
         """
-        outputs = _flatten(_run(self._main, self._arguments(inputs)))
+        args = self._arguments(inputs)
+        with self._lock:
+            outputs = _flatten(_run(self._main, args))
         if not as_numpy:
             return outputs
         owned = self._owned if len(self._owned) == len(outputs) else ()
@@ -177,13 +187,13 @@ class Engine:
         """A zero-argument function running the model on ``inputs`` (checked and converted once, on the device
         already) and waiting for the device to finish: what a timer calls, so only the model's time is measured."""
         args = self._arguments(inputs)
-        main, sync = self._main, self._sync
-        if sync is None:
-            return lambda: _run(main, args)
+        main, sync, lock = self._main, self._sync, self._lock
 
         def call() -> Any:
-            result = _run(main, args)
-            sync()
+            with lock:
+                result = _run(main, args)
+                if sync is not None:
+                    sync()
             return result
 
         return call

@@ -178,7 +178,13 @@ def aligned_copy(array: np.ndarray, alignment: int = _ALIGN) -> np.ndarray:
     """``array`` itself when C-contiguous, writable (DLPack cannot export a read-only array: a memory-mapped
     ``np.load(..., mmap_mode="r")``) and ``alignment``-byte aligned (0: its element's alignment, what the
     kernels of an artifact with ``build.io.input_alignment == "element"`` need), else a 64-byte aligned
-    contiguous copy."""
+    contiguous copy.  A zero-size array gets C strides: numpy gives it zero strides, and the kernels refused
+    them ("expected to be compact array")."""
+    if array.size == 0:
+        strides = [array.itemsize] * array.ndim
+        for k in range(array.ndim - 2, -1, -1):
+            strides[k] = strides[k + 1] * array.shape[k + 1]
+        return np.lib.stride_tricks.as_strided(np.empty(array.shape, array.dtype), strides=strides)
     aligned = array.flags.aligned if alignment == 0 else array.ctypes.data % alignment == 0
     if array.flags.c_contiguous and array.flags.writeable and aligned:
         return array

@@ -201,3 +201,47 @@ def test_an_output_numpy_imports_read_only_is_copied() -> None:
     got = hand_over(Unversioned())
     got[0] = 7.0
     assert source[0] == 0.0 and got.flags.writeable
+
+
+def test_an_engine_shared_by_two_threads_gives_each_its_results(tmp_path: Path) -> None:
+    """TVM's Relax VM keeps its frames in the VM object: two threads calling one Engine got each other's
+    registers ("Check failed: reg < frame->register_file.size()"), wrong outputs, or a segfault.  Calls now run
+    one at a time, and every thread gets its own inputs' results, kept ones unchanged."""
+    import threading
+
+    model = _aliasing_model()
+    engine = Engine(_compile(model, tmp_path, 3))
+    feeds = [_misaligned(np.random.default_rng(k).standard_normal((4, 16)).astype(np.float32)) for k in range(2)]
+    wants = [ort_run(model, {"x": f.copy()}) for f in feeds]
+    errors: list[str] = []
+    start = threading.Barrier(2)
+
+    def worker(t: int) -> None:
+        start.wait()
+        kept = []
+        for _ in range(800):
+            try:
+                got = engine.infer(feeds[t])
+            except Exception as exc:  # noqa: BLE001 - reported below with the thread
+                errors.append(f"thread {t}: {exc}")
+                return
+            errors.extend(f"thread {t}: wrong" for g, w in zip(got, wants[t]) if not np.allclose(g, w))
+            kept.append(got)
+        errors.extend(f"thread {t}: changed" for got in kept for g, w in zip(got, wants[t]) if not np.allclose(g, w))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
+def test_a_zero_size_input(tmp_path: Path) -> None:
+    """numpy gives a zero-size array zero strides, which the kernels refused ("expected to be compact
+    array"): a static [0, 4] input now runs and gives a [0, 4] output."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F32, [0, 4])],
+                   [helper.make_tensor_value_info("y", F32, None)], [])
+    engine = Engine(_compile(model, tmp_path, 3))
+    assert np.zeros((0, 4), np.float32).strides == (0, 0)
+    assert engine.infer(np.zeros((0, 4), np.float32))[0].shape == (0, 4)
