@@ -1,8 +1,10 @@
 """The TVM runtime library and buffers it can take: what an artifact needs besides itself.
 
-``libtvm_runtime.so`` (3 MiB) next to ``tvm_ffi`` registers the Relax VM loader; nothing here imports
-the TVM compiler.  Inputs are copied into 64-byte-aligned buffers: TVM's kernels assume that alignment
-and an unaligned buffer crashes the process without a message.
+``libtvm_runtime.so`` (3 MiB) next to ``tvm_ffi`` registers the Relax VM loader, and
+``libtvm_runtime_extra.so`` (1.3 MiB) beside it the library functions some kernels call (``tvm.contrib.sort``:
+TopK, Sort, ArgMax's ties; ``tvm.contrib.random``); nothing here imports the TVM compiler.  Inputs are copied
+into 64-byte-aligned buffers unless the artifact's kernels take them anywhere (``build.io``): TVM's kernels
+assumed that alignment, and an unaligned buffer crashed the process without a message.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from ..errors import ArtifactError
 
 _ALIGN = 64
 _RUNTIME_LOADED = False
+#: TVM's runtime library functions outside the VM (sort, topk, random), next to libtvm_runtime.so
+EXTRA_LIBRARY = "libtvm_runtime_extra.so"
 
 
 def runtime_library() -> Path:
@@ -88,6 +92,12 @@ def ensure_runtime() -> None:
             raise ArtifactError(f"TVM runtime library '{library}' does not exist: install apache-tvm or set "
                                 "FORGEKIT_TVM_RUNTIME.")
         ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+        # TopK and Sort call tvm.contrib.sort.*, which TVM builds into this second library: without it a TopK
+        # artifact loaded but failed at its first call ("Cannot find function tvm.contrib.sort.topk") unless
+        # the process had imported tvm
+        extra = library.with_name(EXTRA_LIBRARY)
+        if extra.is_file():
+            ctypes.CDLL(str(extra), mode=ctypes.RTLD_GLOBAL)
     _RUNTIME_LOADED = True
 
 

@@ -41,6 +41,9 @@ TVM_LIBRARY = "tvm/lib/" + RUNTIME_LIBRARY
 # those).  It links libcudart.so.13, which the `cuda` extra brings (NVIDIA's wheel) and a CUDA machine may
 # have already; the driver's libcuda.so.1 comes with the driver.
 CUDA_LIBRARY = "libtvm_runtime_cuda.so"
+EXTRA_LIBRARY = "libtvm_runtime_extra.so"  # tvm.contrib.sort (TopK, Sort): forgekit.runtime.loader loads it
+TVM_EXTRA_LIBRARY = "tvm/lib/" + EXTRA_LIBRARY
+EXTRA_DEST = "forgekit/runtime/lib/" + EXTRA_LIBRARY
 TVM_CUDA_LIBRARY = "tvm/lib/" + CUDA_LIBRARY
 CUDA_DEST = "forgekit/runtime/lib/" + CUDA_LIBRARY
 TVM_LICENSES = ("tvm/LICENSE", "tvm/NOTICE")  # Apache-2.0 asks redistributions to carry both
@@ -61,6 +64,7 @@ class TvmSource:
     library: bytes
     licenses: dict[str, bytes]
     cuda_library: bytes | None = None  # absent from TVM wheels built without CUDA
+    extra_library: bytes | None = None
 
 
 def config() -> dict:
@@ -151,10 +155,10 @@ def tvm_from_installed() -> TvmSource:
                          "--tvm-wheel (FORGEKIT_TVM_WHEEL)") from None
     wheel = dist.read_text("WHEEL") or ""
     read = lambda rel: Path(dist.locate_file(rel)).read_bytes()  # noqa: E731
-    cuda = Path(dist.locate_file(TVM_CUDA_LIBRARY))
+    cuda, extra = Path(dist.locate_file(TVM_CUDA_LIBRARY)), Path(dist.locate_file(TVM_EXTRA_LIBRARY))
     return TvmSource(dist.version, _tags(wheel), read(TVM_LIBRARY),
                      {rel: read(rel) for rel in TVM_LICENSES if Path(dist.locate_file(rel)).is_file()},
-                     cuda.read_bytes() if cuda.is_file() else None)
+                     cuda.read_bytes() if cuda.is_file() else None, extra.read_bytes() if extra.is_file() else None)
 
 
 def tvm_from_wheel(path: Path) -> TvmSource:
@@ -167,7 +171,8 @@ def tvm_from_wheel(path: Path) -> TvmSource:
             raise BuildError(f"'{path.name}' is not an apache-tvm wheel (no {TVM_LIBRARY})")
         return TvmSource(info.group(1), _tags(wheel.read(info.group(0)).decode()), wheel.read(TVM_LIBRARY),
                          {rel: wheel.read(rel) for rel in TVM_LICENSES if rel in names},
-                         wheel.read(TVM_CUDA_LIBRARY) if TVM_CUDA_LIBRARY in names else None)
+                         wheel.read(TVM_CUDA_LIBRARY) if TVM_CUDA_LIBRARY in names else None,
+                         wheel.read(TVM_EXTRA_LIBRARY) if TVM_EXTRA_LIBRARY in names else None)
 
 
 def _tags(wheel_file: str) -> tuple[str, ...]:
@@ -221,6 +226,8 @@ def build(output: Path, tvm_wheel: Path | None = None) -> Path:
     files[LIBRARY_DEST] = source.library
     if source.cuda_library is not None:
         files[CUDA_DEST] = source.cuda_library
+    if source.extra_library is not None:
+        files[EXTRA_DEST] = source.extra_library
     files.update({f"{dist_info}/licenses/{rel}": data for rel, data in source.licenses.items()})
     files[f"{dist_info}/METADATA"] = _metadata(project, version_, source.version).encode()
     files[f"{dist_info}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: forgekit runtime/python/build_wheel.py\n"

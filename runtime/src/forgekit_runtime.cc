@@ -96,12 +96,22 @@ std::string FirstLine(const std::string& text) {
 
 // The model library refers to libtvm_ffi's C symbols; when this library was itself dlopen()ed with
 // RTLD_LOCAL (ctypes, JNI, a plugin host) they are invisible to it.  Re-opening both TVM libraries with
-// RTLD_GLOBAL | RTLD_NOLOAD makes them global without loading anything new.
+// RTLD_GLOBAL | RTLD_NOLOAD makes them global without loading anything new.  TopK and Sort kernels call
+// tvm.contrib.sort.*, which TVM builds into libtvm_runtime_extra.so next to libtvm_runtime.so: loaded when it
+// is there (forgekit/runtime/loader.py does the same), a model without them runs without it.
 void PromoteTvmLibraries() {
-  for (void* symbol : {reinterpret_cast<void*>(&TVMFFIFunctionGetGlobal),
-                       dlsym(RTLD_DEFAULT, "TVMBackendAllocWorkspace")}) {
+  void* runtime = dlsym(RTLD_DEFAULT, "TVMBackendAllocWorkspace");
+  for (void* symbol : {reinterpret_cast<void*>(&TVMFFIFunctionGetGlobal), runtime}) {
     Dl_info info;
     if (symbol && dladdr(symbol, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  }
+  Dl_info info;
+  if (runtime && dladdr(runtime, &info) && info.dli_fname) {
+    std::string path = info.dli_fname;
+    size_t slash = path.rfind('/');
+    std::string extra = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+                        "libtvm_runtime_extra.so";
+    if (FileExists(extra)) dlopen(extra.c_str(), RTLD_NOW | RTLD_GLOBAL);
   }
 }
 

@@ -86,6 +86,7 @@ def test_wheel_is_small_holds_the_repository_runtime_and_no_compiler(wheel: Path
         names = [n for n in zf.namelist() if not n.startswith(dist_info)]
         assert "forgekit/runtime/engine.py" in names and "forgekit/runtime/lib/libtvm_runtime.so" in names
         assert "forgekit/runtime/lib/libtvm_runtime_cuda.so" in names  # CUDA artifacts (issue 36)
+        assert "forgekit/runtime/lib/libtvm_runtime_extra.so" in names  # tvm.contrib.sort: TopK, Sort
         assert all(n.startswith(ALLOWED) for n in names), names
         # One Engine: each module is this checkout's file, byte for byte (closure, not a copy kept by hand).
         for name in (n for n in names if n.endswith(".py")):
@@ -190,6 +191,41 @@ def test_plain_and_encrypted_artifacts_run_like_onnxruntime(runtime_python, conv
     expected = ort_run(onnx.load(convnet_path), {"input": convnet_input})[0]
     assert_close(np.load(tmp_path / "plain_out.npy"), expected)
     np.testing.assert_array_equal(np.load(tmp_path / "sealed_out.npy"), np.load(tmp_path / "plain_out.npy"))
+
+
+RUN_TOPK = """
+import json, sys
+import numpy as np
+from forgekit.runtime import Engine
+x = np.load("x.npy")
+values, indices = Engine("topk").infer(x)
+np.save("values.npy", values); np.save("indices.npy", indices)
+print(json.dumps({"tvm_loaded": "tvm" in sys.modules}))
+"""
+
+
+def test_a_topk_artifact_runs_without_the_compiler(runtime_python, tmp_path) -> None:
+    """TopK's kernel calls tvm.contrib.sort.topk, which TVM builds into libtvm_runtime_extra.so: without it an
+    Engine with no compiler in the process failed at the first call ("Cannot find function
+    tvm.contrib.sort.topk").  The wheel carries it and the runtime loads it: the top 3 of each row as
+    onnxruntime gives them."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import forgekit as forge
+
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)], "topk",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 10])],
+                              [helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("indices", TensorProto.INT64, None)], [k])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    forge.from_onnx(model).compile("host", output_path=tmp_path / "topk", opt_level=3)
+    x = np.random.default_rng(0).permutation(40).reshape(4, 10).astype(np.float32)  # no ties
+    np.save(tmp_path / "x.npy", x)
+    assert not run_in_venv(runtime_python, RUN_TOPK, tmp_path)["tvm_loaded"]
+    values, indices = ort_run(model, {"x": x})
+    np.testing.assert_array_equal(np.load(tmp_path / "values.npy"), values)
+    np.testing.assert_array_equal(np.load(tmp_path / "indices.npy"), indices)
 
 
 def test_oldest_supported_python_runs_the_wheel_too(wheel, convnet_compiled, convnet_input, tmp_path) -> None:
