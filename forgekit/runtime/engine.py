@@ -97,10 +97,7 @@ class Engine:
             if self.level is not None and module.implements_function(SHARED_WEIGHTS_CHECK, True):
                 # a portable artifact's shared weights file: mapped and checked now, not at the first inference
                 module.get_function(SHARED_WEIGHTS_CHECK, True)()
-            self._vm = module["vm_load_executable"]()
-            # the model's device, then the host (shape functions and scalars live there)
-            self._vm["vm_initialization"](self.device.dlpack_type, self.device.index, _POOLED_ALLOCATOR,
-                                          DL_CPU, 0, _POOLED_ALLOCATOR)
+            self._vm = _start_vm(module, self.device)
             self._main = self._vm["main"]
         except crypto.EncryptionError:
             raise
@@ -227,6 +224,26 @@ class Engine:
     def benchmark(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> dict[str, float]:
         """Time ``n`` runs after ``warmup`` runs; returns milliseconds (median, p90, mean, min) and throughput."""
         return latency_stats(self.time_runs(n, warmup, inputs))
+
+
+def _start_vm(module: Any, device: Device) -> Any:
+    """The module's Relax VM, initialized for ``device`` (then the host: shape functions and scalars live
+    there); a function the model calls that only TVM's Python package registers is provided first
+    (:mod:`.builtins`: NonZero, Unique)."""
+    from .builtins import missing_function, provide
+
+    for attempt in (0, 1):
+        vm = module["vm_load_executable"]()
+        try:
+            vm["vm_initialization"](device.dlpack_type, device.index, _POOLED_ALLOCATOR, DL_CPU, 0,
+                                    _POOLED_ALLOCATOR)
+            return vm
+        except Exception as exc:
+            name = missing_function(str(exc))
+            if attempt or name is None:
+                raise
+            provide(name)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _load(library: Path, shared_weights: str | None) -> Any:

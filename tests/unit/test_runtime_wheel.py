@@ -228,6 +228,47 @@ def test_a_topk_artifact_runs_without_the_compiler(runtime_python, tmp_path) -> 
     np.testing.assert_array_equal(np.load(tmp_path / "indices.npy"), indices)
 
 
+RUN_NONZERO = """
+import json, sys
+import numpy as np
+from forgekit.runtime import Engine
+indices, values = Engine("nonzero").infer(np.load("x.npy"))
+np.save("indices.npy", indices); np.save("values.npy", values)
+print(json.dumps({"tvm_loaded": "tvm" in sys.modules}))
+"""
+
+
+def _nonzero_model():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["t"]),
+                               helper.make_node("GatherND", ["x", "t"], ["values"])], "nonzero",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 9])],
+                              [helper.make_tensor_value_info("nz", TensorProto.INT64, None),
+                               helper.make_tensor_value_info("values", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("where", ["runtime wheel", "forgekit"])
+def test_a_nonzero_artifact_runs_without_the_compiler_loaded(where, runtime_python, tmp_path) -> None:
+    """NonZero runs as relax.run.nonzero, which TVM registers from its Python package: an Engine in a process
+    that had not imported tvm could not load such an artifact.  The runtime wheel (no tvm) now registers the
+    same numpy call; a full install imports TVM's on demand.  Both match onnxruntime."""
+    import forgekit as forge
+
+    model = _nonzero_model()
+    forge.from_onnx(model).compile("host", output_path=tmp_path / "nonzero", opt_level=3)
+    x = np.random.default_rng(0).standard_normal((6, 9)).astype(np.float32)
+    x[x < 0.3] = 0.0
+    np.save(tmp_path / "x.npy", x)
+    if where == "runtime wheel":
+        assert not run_in_venv(runtime_python, RUN_NONZERO, tmp_path)["tvm_loaded"]
+    else:
+        assert run_in_venv(Path(sys.executable), RUN_NONZERO, tmp_path)["tvm_loaded"]
+    for got, want in zip(("indices.npy", "values.npy"), ort_run(model, {"x": x})):
+        np.testing.assert_array_equal(np.load(tmp_path / got), want)
+
+
 def test_oldest_supported_python_runs_the_wheel_too(wheel, convnet_compiled, convnet_input, tmp_path) -> None:
     """Requires-Python says >= 3.10 (devices lag behind: Jetson's Ubuntu 22.04 has 3.10): checked where a
     python3.10 exists (3.12 and 3.13 were checked by hand when the bound was set)."""
