@@ -749,3 +749,14 @@ def bottleneck(seed=0):
             helper.make_tensor_value_info("out3", F32, [1, 32, 14, 14]),
             helper.make_tensor_value_info("h", F32, [1, 32, 14, 14])]
     return _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, 14, 14])], outs, inits, opset=17)
+
+
+def topk_model(k=3):
+    """TopK of ``x[4, 10]`` along the last axis: values and indices (its CPU kernel calls tvm.contrib.sort.topk,
+    a function of libtvm_runtime_extra.so)."""
+    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)], "topk",
+                              [helper.make_tensor_value_info("x", F32, [4, 10])],
+                              [helper.make_tensor_value_info("values", F32, None),
+                               helper.make_tensor_value_info("indices", TensorProto.INT64, None)],
+                              [numpy_helper.from_array(np.array([k], np.int64), "k")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

@@ -23,8 +23,9 @@ def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precisio
     """The Relax->VM pipeline for ``spec`` (built as the ``tvm.target.Target`` ``target``) at ``opt_level``.
 
     ``database``: tuning records, ``weights``: a :class:`.cpu.weights.WeightStore` the large constants are lifted
-    into (CPU targets at levels 3-4).  ``io``: a :class:`.cpu.io_buffers.IoPlan` a CPU build fills.  ``gpu_kernels``: whose convolutions a CUDA target runs.  A target of another kind gets TVM's default pipeline (with fusion from
-    level 2).
+    into (CPU targets at levels 3-4).  ``io``: a :class:`.cpu.io_buffers.IoPlan` a CPU build fills.
+    ``gpu_kernels``: whose convolutions a CUDA target runs.  A target of another kind gets TVM's default pipeline
+    (with fusion from level 2).
     """
     if spec.is_cpu:
         from .cpu.pipeline import lowering_pipeline as cpu

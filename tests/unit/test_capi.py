@@ -385,13 +385,9 @@ def test_a_topk_artifact_runs(capi, tmp_path) -> None:
     (libtvm_runtime.so only) failed at the run ("Cannot find function tvm.contrib.sort.topk").  The C runtime
     now loads it from libtvm_runtime.so's folder: the top 3 of each row as onnxruntime gives them."""
     import forgekit
+    from onnx_models import topk_model
 
-    k = numpy_helper.from_array(np.array([3], np.int64), "k")
-    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)], "topk",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 10])],
-                              [helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
-                               helper.make_tensor_value_info("indices", TensorProto.INT64, None)], [k])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = topk_model()
     forgekit.from_onnx(model).compile(target="host", output_path=tmp_path / "topk")
     x = np.random.default_rng(0).permutation(40).reshape(4, 10).astype(np.float32)  # no ties
     done = run(capi, tmp_path / "topk", save(tmp_path, "x.npy", x), out=tmp_path / "out")

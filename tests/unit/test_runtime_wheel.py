@@ -209,16 +209,10 @@ def test_a_topk_artifact_runs_without_the_compiler(runtime_python, tmp_path) -> 
     Engine with no compiler in the process failed at the first call ("Cannot find function
     tvm.contrib.sort.topk").  The wheel carries it and the runtime loads it: the top 3 of each row as
     onnxruntime gives them."""
-    from onnx import TensorProto, helper, numpy_helper
-
     import forgekit as forge
+    from onnx_models import topk_model
 
-    k = numpy_helper.from_array(np.array([3], np.int64), "k")
-    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)], "topk",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 10])],
-                              [helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
-                               helper.make_tensor_value_info("indices", TensorProto.INT64, None)], [k])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = topk_model()
     forge.from_onnx(model).compile("host", output_path=tmp_path / "topk", opt_level=3)
     x = np.random.default_rng(0).permutation(40).reshape(4, 10).astype(np.float32)  # no ties
     np.save(tmp_path / "x.npy", x)
