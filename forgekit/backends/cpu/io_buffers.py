@@ -84,7 +84,7 @@ def element_aligned_inputs(mod: Any) -> Any:
     reads: dict[Any, set[int]] = {}
     for _gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            _note_parameter_reads(func, mod, reads)
+            _note_parameter_reads(func, reads)
     if not reads:
         return mod
     funcs = {gv: func for gv, func in mod.functions_items()}
@@ -94,7 +94,7 @@ def element_aligned_inputs(mod: Any) -> Any:
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def _note_parameter_reads(func: Any, mod: Any, reads: dict[Any, set[int]]) -> None:
+def _note_parameter_reads(func: Any, reads: dict[Any, set[int]]) -> None:
     """Add to ``reads`` the (kernel, argument position) pairs of ``func``'s calls that take a tensor which
     may be one of ``func``'s parameters: the parameters, anything bound to an expression that mentions one
     (views, tuples, branches), conservatively."""
