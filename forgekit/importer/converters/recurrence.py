@@ -75,18 +75,37 @@ def _loop(extent: int, indent: str, var: str = "j") -> tuple[str, str, str]:
     return f"{indent}for {var}i in T.vectorized({extent}):", f"{var}i", indent + "    "
 
 
+def panel(cols: int) -> int:
+    """Columns per panel of a recurrent weight matrix of ``cols`` columns: a block of 64 columns (4 AVX-512
+    registers: 4 independent FMA chains, 1.3x over one) stays in registers over the rows."""
+    return next((c for c in (4 * _LANES, _LANES) if cols % c == 0), cols)
+
+
 def _matvec(out: str, vec: str, mat: str, rows: int, cols: int, indent: str) -> list[str]:
-    """``out[0:cols] = vec[0:rows] @ mat[rows, cols]`` (``out``/``mat``/``vec``: element templates with
-    ``{j}`` the column and ``{k}`` the row); a block of 64 columns (4 AVX-512 registers: 4 independent FMA
-    chains, 1.3x over one) stays in registers over the rows."""
-    chunk = next((c for c in (4 * _LANES, _LANES) if cols % c == 0), cols)
+    """``out[0:cols] = vec[0:rows] @ mat`` (``out``/``vec``: element templates with ``{j}`` the column and
+    ``{k}`` the row; ``mat``: the weights packed in :func:`panel` column panels, ``[cols / c, rows, c]``, with
+    ``{p}`` the panel, ``{k}`` the row and ``{c}`` the column in it)."""
+    chunk = panel(cols)
     i2 = indent + "    "
-    col = f"jo * {chunk} + ji"
-    acc = out.format(j=col)
+    acc = out.format(j=f"jo * {chunk} + ji")
     return [f"{indent}for jo in range({cols // chunk}):",
             f"{i2}for ji in T.vectorized({chunk}):", f"{i2}    {acc} = T.float32(0)",
             f"{i2}for k in range({rows}):", f"{i2}    for ji in T.vectorized({chunk}):",
-            f"{i2}        {acc} = {acc} + {vec.format(k='k')} * {mat.format(k='k', j=col)}"]
+            f"{i2}        {acc} = {acc} + {vec.format(k='k')} * {mat.format(k='k', p='jo', c='ji')}"]
+
+
+def pack_panels(bb: Any, w: Any) -> Any:
+    """``w [D, rows, cols]`` (a recurrent weight matrix, transposed) in the kernel's panel layout
+    ``[D, cols / c, rows, c]`` (:func:`panel`): each panel is one contiguous stream.
+
+    In the row-major matrix a panel's rows are 256 bytes, ``cols * 4`` bytes apart: 8 KB at H=512 for an
+    LSTM, a page or more, which the hardware prefetchers do not follow across, so each step waited on its 4 MB
+    of weights line by line.  Measured on a BiLSTM (H=512, input 1024, 8 steps, 2 threads, this Xeon): the
+    loop kernel took 3.1 ms against onnxruntime's 1.9 (which pre-packs its weights the same way, MlasGemmPackB)."""
+    d, rows, cols = (int(v) for v in w.ty.shape.values)
+    c = panel(cols)
+    op = relax.op
+    return bb.emit(op.permute_dims(op.reshape(w, [d, rows, cols // c, c]), [0, 2, 1, 3]))
 
 
 def _quantize_state(h: int) -> list[str]:
@@ -132,9 +151,12 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
         rev = " or ".join(f"d == {i}" for i, r in enumerate(dirs) if r)
         t_of = f"T.if_then_else({rev}, n_t - T.int64(1) - s, s)"
     lstm, split_r = kind == "lstm", kind == "gru" and not lbr
+
+    def panels(cols: int) -> str:  # a recurrent weight matrix in column panels (pack_panels)
+        return f"({nd}, {cols // panel(cols)}, {h}, {panel(cols)})"
+
     bufs = [("xw", f"({nd}, n_t, n_b, {gh})")]
-    bufs += ([("rt", f"({nd}, {h}, {2 * h})"), ("rh", f"({nd}, {h}, {h})")] if split_r
-             else [("rt", f"({nd}, {h}, {gh})", quant or "float32")])
+    bufs += ([("rt", panels(2 * h)), ("rh", panels(h))] if split_r else [("rt", panels(gh), quant or "float32")])
     bufs += [("rs", f"({nd}, {gh})")] if quant else []
     bufs += [("bh", f"({nd}, {h})")] if kind == "gru" and lbr else []
     bufs += [("h0", f"({nd}, n_b, {h})")] + ([("c0", f"({nd}, n_b, {h})")] if lstm else [])
@@ -158,7 +180,7 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
     lines += _quantize_state(h) if quant else []
     lines += ["            for b in range(n_b):"]
     lines += _matvec("g[d, {j}]", f"{'hq' if quant else 'hn'}[d, b, {{k}}]",
-                     "T.Cast(\"float32\", rt[d, {k}, {j}])" if quant else "rt[d, {k}, {j}]", h,
+                     "T.Cast(\"float32\", rt[d, {p}, {k}, {c}])" if quant else "rt[d, {p}, {k}, {c}]", h,
                      2 * h if split_r else gh, ind)
     head, j, body = _loop(h, ind)
 
@@ -185,7 +207,7 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
     else:  # GRU: the candidate is tanh(xw_h + (r * h) @ R_h^T): r * h first, for every j
         stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + [f"{gg(h)} = {gg(h)} * hn[d, b, {j}]"]
         lines += [head] + [body + x for x in stmts]
-        lines += _matvec("cc[d, {j}]", f"g[d, {h} + {{k}}]", "rh[d, {k}, {j}]", h, h, ind)
+        lines += _matvec("cc[d, {j}]", f"g[d, {h} + {{k}}]", "rh[d, {p}, {k}, {c}]", h, h, ind)
         stmts = [f"cc[d, {j}] = xw[d, t, b, {2 * h} + {j}] + cc[d, {j}]", *_tanh(f"cc[d, {j}]"),
                  f"hn[d, b, {j}] = (T.float32(1) - {gg(0)}) * cc[d, {j}] + {gg(0)} * hn[d, b, {j}]"]
     stmts.append(f"y[t, d, b, {j}] = hn[d, b, {j}]")
@@ -214,6 +236,8 @@ def emit_layer(bb: Any, kind: str, hidden: int, dirs: tuple[bool, ...], lbr: boo
     dtype = "float32"
     state = relax.TensorType([nd, batch, hidden], dtype)
     outs = [relax.TensorType([t, nd, batch, hidden], dtype), state] + ([state] if kind == "lstm" else [])
+    matrices = 2 if kind == "gru" and not lbr else 1  # R^T, or GRU's R_zr^T and R_h^T
+    weights = [pack_panels(bb, w) for w in weights[:matrices]] + list(weights[matrices:])
     args = [xw, *weights, h0] + ([c0] if kind == "lstm" else [])
     res = bb.emit(relax.call_tir(gv, args, outs))
     parts = [bb.emit(relax.TupleGetItem(res, i)) for i in range(len(outs))]
