@@ -160,7 +160,7 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, rep
     """The backend's lowering pipeline and codegen of a graph-optimised module for one target."""
     import tvm
 
-    from .backends.pipeline import build_scope, lowering_pipeline, uses_cpu_schedules
+    from .backends.pipeline import build_scope, lowering_pipeline, tir_pipeline, uses_cpu_schedules
 
     scheduled = uses_cpu_schedules(opt_level, spec.is_cpu)
     target = tvm_target_for(spec, opt_level)
@@ -184,7 +184,7 @@ def _lower(mod: Any, spec: TargetSpec, opt_level: int, precision: Precision, rep
                                  gpu_kernels=gpu_kernels, io=io)
     start = time.perf_counter()
     with target, build_scope(spec, opt_level):
-        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline, tir_pipeline=tir_pipeline(spec))
     report.seconds["lower_and_codegen"] = round(report.seconds.get("lower_and_codegen", 0.0)
                                                 + time.perf_counter() - start, 3)
     if scheduled and rules:

@@ -40,6 +40,16 @@ def lowering_pipeline(spec: TargetSpec, target: Any, opt_level: int, *, precisio
     return relax.get_default_pipeline(target) if opt_level >= 2 else relax.get_pipeline("default_build")
 
 
+def tir_pipeline(spec: TargetSpec) -> str:
+    """The TIR pipeline ``tvm.compile`` runs for ``spec``: CPU targets keep register tiles of up to 2 KB on the stack
+    (:mod:`.cpu.stack_tiles`), other kinds get TVM's default."""
+    if spec.is_cpu:
+        from .cpu.stack_tiles import tir_pipeline as cpu
+
+        return cpu()
+    return "default"
+
+
 def build_scope(spec: TargetSpec, opt_level: int) -> Any:
     """What a build of ``spec`` runs inside: CUDA's nvcc callback (:func:`.cuda.pipeline.build_scope`), else
     nothing."""

@@ -45,10 +45,11 @@ class RemoteMeasure:
     def __call__(self, task: Any, knobs: dict[str, Any], target: Any, number: int, repeat: int) -> list[float]:
         import tvm
 
+        from ..backends.cpu import stack_tiles
         from .tasks import random_args, schedule_candidate
 
         mod = schedule_candidate(task, knobs, target)
-        lib = tvm.compile(mod, target=target)
+        lib = tvm.compile(mod, target=target, tir_pipeline=stack_tiles.tir_pipeline())
         self._count += 1
         path = Path(self._tmp.name) / f"candidate{self._count}.so"
         if self.fcompile is None:

@@ -41,8 +41,10 @@ def _measure(task: Task, knobs: dict[str, Any], target: Any, number: int, repeat
     (:class:`forgekit.tuning.remote.RemoteMeasure` is the same over TVM RPC, on a board.)"""
     import tvm
 
+    from ..backends.cpu import stack_tiles
+
     mod = schedule_candidate(task, knobs, target)
-    lib = tvm.compile(mod, target=target)
+    lib = tvm.compile(mod, target=target, tir_pipeline=stack_tiles.tir_pipeline())
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(a, dev) for a in random_args(mod)]
     timer = lib.mod.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=20)

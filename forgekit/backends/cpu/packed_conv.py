@@ -17,7 +17,7 @@ from tvm import relax, te, topi
 
 from . import winograd
 from .dynamic_matmul import legalize_dynamic_matmul
-from .tiling import choose_tiles, layout_tile, padded_rows, round_up, symbolic_factor
+from .tiling import STREAMING_BYTES, choose_tiles, layout_tile, padded_rows, round_up, symbolic_factor
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -184,7 +184,7 @@ def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
         ra = len(xs) - 3 if len(xs) >= 3 and xs[-2] == 1 else len(xs) - 2
         m = xs[ra]
         mrows = padded_rows(npad, m, tinfo) if isinstance(m, int) else None  # a prime M: a few more rows
-        vt, rt = choose_tiles(npad, mrows, tinfo)
+        vt, rt = choose_tiles(npad, mrows, tinfo, streaming=k * npad * w.itemsize >= STREAMING_BYTES)
         if npad % vt or vt == npad:
             return _default(bb, call)
         vt = wide if (wide := layout_tile(npad, mrows, tinfo)) != npad else vt

@@ -28,8 +28,11 @@ def best_divisor(n: int, limit: int) -> int:
 
 def acc_scope(nbytes: int) -> str:
     """Storage scope for a per-tile accumulator of ``nbytes``: on the stack (registers after LLVM's
-    SROA) when it fits, else "local" (a workspace allocation per tile)."""
-    return "global" if nbytes < STACK_BYTES else "local"
+    SROA) when it fits, under :data:`.stack_tiles.STACK_TILE_BYTES` in CPU builds, else "local" (a workspace
+    allocation per tile)."""
+    from .stack_tiles import STACK_TILE_BYTES
+
+    return "global" if nbytes < STACK_TILE_BYTES else "local"
 
 
 def stack_budget(tinfo: IsaInfo, lanes: int | None = None, elem_bytes: int = 4) -> int:
@@ -66,7 +69,33 @@ def symbolic_factor(extent: Any) -> int:
     return 1
 
 
-def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tuple[int, int]:
+#: Weights of at least this many bytes are read from beyond a core's L2 (1 MB on Zen 4, 2 MB on Sapphire
+#: Rapids) on every call: a kernel streaming them should read each panel in as few passes as it can.
+STREAMING_BYTES = 1 << 20
+
+
+def choose_tiles(ev: int, er: int | None, tinfo: IsaInfo, factor: int = 1,
+                 streaming: bool = False) -> tuple[int, int]:
+    """(vector tile, register tile) for a vector axis of ``ev`` and a register axis of ``er`` elements (None: a
+    symbolic extent, which the legalization rounds up to the register tile): :func:`_choose_tiles`.
+
+    ``streaming``: the kernel reads weights of :data:`STREAMING_BYTES` or more, once per row tile.  The vector
+    tile (the packed weights' layout) stays; the register tile takes as many rows as the whole accumulator
+    budget holds, on the stack past 1 KB (:mod:`.stack_tiles`), so each weight panel is read in fewer passes.
+    Measured on this Xeon (2 threads, alternating, min of 9 medians): [8, 1024] x [1024, 8210], 4 rows x 2
+    vectors (2 passes) 5.1 ms, 8 x 2 (1 pass) 2.3 ms, onnxruntime 2.4; [16, 1024] x [1024, 8210]: 3.8 -> 3.3 ms
+    (16 x 2 would need 32 registers: 3.0-3.5, spilling)."""
+    vt, rt = _choose_tiles(ev, er, tinfo, factor)
+    if not streaming:
+        return vt, rt
+    from .stack_tiles import STACK_TILE_BYTES
+
+    nv = max(1, vt // tinfo.vec_lanes)
+    limit = max(1, min(tinfo.acc_budget, (STACK_TILE_BYTES - 1) // (tinfo.vec_lanes * 4)) // nv)
+    return vt, max(rt, _symbolic_tile(limit, factor) if er is None else best_divisor(er, limit))
+
+
+def _choose_tiles(ev: int, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tuple[int, int]:
     """(vector tile, register tile) for a vector axis of ``ev`` and a register axis of ``er`` elements
     (None: a symbolic extent, which the legalization rounds up to the register tile).
 

@@ -24,7 +24,10 @@ class MatmulRule(ScheduleRule):
     name = "matmul"
 
     def matches(self, sch: Schedule, tinfo: IsaInfo) -> GemmLike | None:
-        return tiled.analyze(sch, tinfo)
+        g = tiled.analyze(sch, tinfo)
+        if g is not None:
+            g.streaming = tiled.streams_weights(sch, g)
+        return g
 
     def space(self, sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any]]:
         """Knob settings to measure when tuning (the default first)."""

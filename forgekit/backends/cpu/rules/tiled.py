@@ -28,7 +28,7 @@ from tvm.ir import TensorLoad as _BufferLoad
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..tiling import choose_tiles, symbolic_factor, symbolic_vector_tile
+from ..tiling import STREAMING_BYTES, choose_tiles, symbolic_factor, symbolic_vector_tile
 from .common import (
     multiple_of,
     SYMBOLIC_GUESS,
@@ -66,6 +66,7 @@ class GemmLike:
     vpos: int           # spatial iter index of the vector axis
     rpos: Optional[int]  # spatial iter index of the register-tile axis
     n_spatial: int
+    streaming: bool = False  # the vector operand streams from beyond the L2 (:func:`streams_weights`)
 
 
 def _is_mac(store: Any) -> bool:
@@ -194,6 +195,25 @@ def _pads_inner_axis(sch: Schedule, blk: SBlockRV) -> bool:
     return any(v in inner for test in tests for v in tirx.analysis.undefined_vars(test))
 
 
+def streams_weights(sch: Schedule, g: GemmLike) -> bool:
+    """Whether ``g``'s vector operand (a matmul's weights) is at least :data:`~..tiling.STREAMING_BYTES`: each
+    pass over it then waits on L3 or DRAM (:func:`~..tiling.choose_tiles`).  The packed matmul legalization
+    decides the same from the same bytes, so both round a symbolic row axis up to the same tile."""
+    b = sch.get(g.block)
+    value = b.body.value
+    prod = value.b if isinstance(value.a, _BufferLoad) and value.a.source.same_as(b.body.buffer) else value.a
+    vvar = b.iter_vars[g.vpos].var
+    for ld in _loads(prod):
+        if any(v.same_as(vvar) for i in ld.indices for v in tirx.analysis.undefined_vars(i)):
+            n = ld.source.dtype.bits // 8
+            for s in ld.source.shape:
+                if not isinstance(s, tirx.IntImm):
+                    return False
+                n *= int(s)
+            return n >= STREAMING_BYTES
+    return False
+
+
 def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None, int]:
     """Extents of the vector and register axes (None: symbolic), and the power of two the register axis is
     known to be a multiple of when symbolic (:func:`~..tiling.symbolic_factor`)."""
@@ -203,12 +223,13 @@ def _extents(sch: Schedule, g: GemmLike) -> tuple[int | None, int | None, int]:
     return ev, er, symbolic_factor(sch.get(sl[g.rpos]).extent) if er is None else 1
 
 
-def _tiles(ev: int | None, er: int | None, tinfo: IsaInfo, factor: int = 1) -> tuple[int, int]:
+def _tiles(ev: int | None, er: int | None, tinfo: IsaInfo, factor: int = 1,
+           streaming: bool = False) -> tuple[int, int]:
     """(vector tile, register tile); a symbolic vector axis has dynamic_matmul's tile."""
     if ev is None:
         vt = symbolic_vector_tile(tinfo)
         return vt, choose_tiles(vt, er, tinfo, factor)[1]
-    return choose_tiles(ev, er, tinfo, factor)
+    return choose_tiles(ev, er, tinfo, factor, streaming)
 
 
 def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any]]:
@@ -223,7 +244,7 @@ def tile_space(sch: Schedule, g: GemmLike, tinfo: IsaInfo) -> list[dict[str, Any
 
     ev, er, factor = _extents(sch, g)
     lanes, budget = tinfo.vec_lanes, tinfo.acc_budget
-    vt0, rt0 = _tiles(ev, er, tinfo, factor)
+    vt0, rt0 = _tiles(ev, er, tinfo, factor, g.streaming)
     if ev is None:  # a column count rounded up to the vector tile: that tile only
         return [{"vt": vt0, "rt": rt, "order": order} for rt in divisors(rt0) for order in ORDERS]
     space = [{"vt": vt0, "rt": rt0, "order": DEFAULT_ORDER}]
@@ -254,7 +275,7 @@ def schedule_gemm_like(sch: Schedule, g: GemmLike, tinfo: IsaInfo, knobs: dict[s
     loops = sch.get_loops(main)
     sl, rl = loops[: g.n_spatial], loops[g.n_spatial:]
     ev, er, factor = _extents(sch, g)
-    vt, rt = _tiles(ev, er, tinfo, factor)
+    vt, rt = _tiles(ev, er, tinfo, factor, g.streaming)
     order = DEFAULT_ORDER
     if knobs:
         vt, rt, order = knobs["vt"], knobs["rt"], knobs.get("order", DEFAULT_ORDER)

@@ -1,0 +1,71 @@
+"""Register tiles of up to the register file on the stack: the TIR pipeline of CPU builds.
+
+TVM 0.27's ``LowerTVMBuiltin`` keeps an allocation on the stack only if it is "global" scope and under 1024
+bytes (``runtime::kMaxStackAlloca``, a limit for embedded stacks); anything larger is a
+``TVMBackendAllocWorkspace``/``FreeWorkspace`` pair each time its loop body runs, and LLVM can no longer keep
+it in registers.  An AVX-512 micro-kernel's accumulators fill 1024 bytes at 16 registers, two thirds of the
+register file: a matmul of 8 rows over large weights needs 8 x 2 of them to read each weight panel once
+(:func:`.rules.tiled.streams_weights`).  Here a "global" allocation of a constant size under
+:data:`STACK_TILE_BYTES` is annotated ``disable_lower_builtin`` (TVM's own escape hatch), so it stays an LLVM
+``alloca`` that SROA turns into registers.  2 KB per tile is far below any thread's stack (musl's 128 KB
+default included).
+
+TVM has no hook for a pass before ``LowerTVMBuiltin`` other than a named TIR pipeline (``tirx.build`` takes
+a name, and the ``tirx.add_lower_pass`` option is no longer read): :func:`tir_pipeline` registers
+``forgekit_cpu``, TVM's default ``s_tir`` pipeline with this pass first among the host finalization passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Largest register tile kept on the stack (bytes, exclusive): 24 AVX-512 accumulators (1536 bytes) fit.
+STACK_TILE_BYTES = 2048
+
+PIPELINE = "forgekit_cpu"
+
+
+def _constant_bytes(buf: Any) -> int | None:
+    from tvm import tirx
+
+    n = buf.dtype.bits * buf.dtype.lanes // 8
+    for s in buf.shape:
+        if not isinstance(s, tirx.IntImm):
+            return None
+        n *= int(s)
+    return n
+
+
+def keep_tiles_on_stack() -> Any:
+    """The PrimFunc pass: annotate small constant-size "global" allocations ``disable_lower_builtin``."""
+    import tvm_ffi
+    from tvm import tirx
+
+    def mark(node: Any) -> Any:
+        nbytes = _constant_bytes(node.buffer)
+        if node.buffer.scope() != "global" or nbytes is None or not 0 < nbytes < STACK_TILE_BYTES \
+                or "disable_lower_builtin" in node.annotations:
+            return node
+        return tirx.AllocBuffer(node.buffer, {**node.annotations, "disable_lower_builtin": tirx.IntImm("int32", 1)})
+
+    def run(func: Any, _mod: Any, _ctx: Any) -> Any:
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, mark)], order="post"))
+
+    return tirx.transform.prim_func_pass(run, opt_level=0, name="forgekit.KeepTilesOnStack")
+
+
+def _factory(**kwargs: Any) -> Any:
+    import tvm
+    from tvm.tirx import compilation_pipeline
+
+    pipeline, host, device = compilation_pipeline.PIPELINE_MAP["s_tir"](**kwargs)
+    return pipeline, (lambda: tvm.ir.transform.Sequential([keep_tiles_on_stack(), host()])), device
+
+
+def tir_pipeline() -> str:
+    """The name of the CPU TIR pipeline, registered with TVM (idempotent) on first use."""
+    from tvm.tirx import compilation_pipeline
+
+    if compilation_pipeline.PIPELINE_MAP.get(PIPELINE) is not _factory:
+        compilation_pipeline.register_tir_pipeline(PIPELINE, _factory)
+    return PIPELINE
