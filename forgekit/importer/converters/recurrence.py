@@ -81,14 +81,15 @@ def panel(cols: int) -> int:
     return next((c for c in (4 * _LANES, _LANES) if cols % c == 0), cols)
 
 
-def _matvec(out: str, vec: str, mat: str, rows: int, cols: int, indent: str) -> list[str]:
+def _matvec(out: str, vec: str, mat: str, rows: int, cols: int, indent: str, parallel: bool = False) -> list[str]:
     """``out[0:cols] = vec[0:rows] @ mat`` (``out``/``vec``: element templates with ``{j}`` the column and
     ``{k}`` the row; ``mat``: the weights packed in :func:`panel` column panels, ``[cols / c, rows, c]``, with
-    ``{p}`` the panel, ``{k}`` the row and ``{c}`` the column in it)."""
+    ``{p}`` the panel, ``{k}`` the row and ``{c}`` the column in it); ``parallel``: the panels split over the
+    threads."""
     chunk = panel(cols)
     i2 = indent + "    "
     acc = out.format(j=f"jo * {chunk} + ji")
-    return [f"{indent}for jo in range({cols // chunk}):",
+    return [f"{indent}for jo in {'T.parallel' if parallel else 'range'}({cols // chunk}):",
             f"{i2}for ji in T.vectorized({chunk}):", f"{i2}    {acc} = T.float32(0)",
             f"{i2}for k in range({rows}):", f"{i2}    for ji in T.vectorized({chunk}):",
             f"{i2}        {acc} = {acc} + {vec.format(k='k')} * {mat.format(k='k', p='jo', c='ji')}"]
@@ -124,7 +125,8 @@ def _quantize_state(h: int) -> list[str]:
             f"{body}hq[d, b, {j}] = T.max(T.min(T.round({e} / qs[d, 2]) + qs[d, 3], {f255}), {f0}) - qs[d, 3]"]
 
 
-def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: str | None = None) -> str:
+def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: str | None = None,
+            split: bool = False) -> str:
     """TVMScript of one layer's loop over its directions (``dirs``: reversed or not, per direction):
     arguments ``xw [D, T, B, G*H]`` (input projections with the input biases), the recurrent weights
     transposed (GRU without linear_before_reset: ``R_zr^T [D, H, 2H]`` and ``R_h^T [D, H, H]``; else
@@ -135,6 +137,9 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
     each thread then streams only its own direction's recurrent weights every step (4 MB at H=512 fp32,
     more than a core's L2).  Measured on a CRNN's BiLSTM (H=512, 40 steps, 2 threads, Zen 4): the two
     directions took 3.5 ms each one after the other, 5.0 ms together in parallel.
+
+    ``split`` (one direction only): each step's products split their column panels over the threads
+    (:func:`splits_steps`).
 
     ``quant`` (LSTM only): onnxruntime's DynamicQuantizeLSTM, ``rt``'s dtype.  ``rt`` holds the integer
     recurrent weights less their zero points (``"int8"``, or ``"int16"`` when a zero point takes them out of
@@ -181,7 +186,7 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
     lines += ["            for b in range(n_b):"]
     lines += _matvec("g[d, {j}]", f"{'hq' if quant else 'hn'}[d, b, {{k}}]",
                      "T.Cast(\"float32\", rt[d, {p}, {k}, {c}])" if quant else "rt[d, {p}, {k}, {c}]", h,
-                     2 * h if split_r else gh, ind)
+                     2 * h if split_r else gh, ind, split)
     head, j, body = _loop(h, ind)
 
     def gate(offset: int, act: Any) -> list[str]:  # g = act(xw[t] + g) at offset + j
@@ -207,7 +212,7 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
     else:  # GRU: the candidate is tanh(xw_h + (r * h) @ R_h^T): r * h first, for every j
         stmts += gate(0, _sigmoid) + gate(h, _sigmoid) + [f"{gg(h)} = {gg(h)} * hn[d, b, {j}]"]
         lines += [head] + [body + x for x in stmts]
-        lines += _matvec("cc[d, {j}]", f"g[d, {h} + {{k}}]", "rh[d, {p}, {k}, {c}]", h, h, ind)
+        lines += _matvec("cc[d, {j}]", f"g[d, {h} + {{k}}]", "rh[d, {p}, {k}, {c}]", h, h, ind, split)
         stmts = [f"cc[d, {j}] = xw[d, t, b, {2 * h} + {j}] + cc[d, {j}]", *_tanh(f"cc[d, {j}]"),
                  f"hn[d, b, {j}] = (T.float32(1) - {gg(0)}) * cc[d, {j}] + {gg(0)} * hn[d, b, {j}]"]
     stmts.append(f"y[t, d, b, {j}] = hn[d, b, {j}]")
@@ -218,9 +223,25 @@ def _source(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: st
             "    T.func_attr({\"tirx.noalias\": True})\n" + "\n".join(lines) + "\n")
 
 
-def loop_kernel(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: str | None = None) -> Any:
+#: Recurrent weights of at least this many bytes per direction are split over the threads every step when a
+#: layer has one direction (a bidirectional one runs a direction per thread).
+SPLIT_STEP_BYTES = 512 << 10
+
+
+def splits_steps(kind: str, hidden: int, directions: int, quant: str | None = None) -> bool:
+    """Whether each step of a one-direction layer splits its recurrent product over the threads: when its
+    weights are :data:`SPLIT_STEP_BYTES` or more, so a step's work dwarfs a fork and join.  On one thread each
+    step streamed all of them through one core's L2: a unidirectional LSTM at H=512 (4 MB, 40 steps, 2 threads,
+    this Xeon) took 8.0 ms against onnxruntime's 3.3, split 2.9 (each core's half stays in its L2); at H=256
+    (1 MB) the loop went 0.66 -> 0.54 ms; at H=128 (256 KB) splitting cost more than it saved (0.27 -> 0.31)."""
+    per_element = {"int8": 1, "int16": 2}.get(quant or "", 4)
+    return directions == 1 and hidden * hidden * {"lstm": 4, "gru": 3, "rnn": 1}[kind] * per_element >= SPLIT_STEP_BYTES
+
+
+def loop_kernel(kind: str, hidden: int, dirs: tuple[bool, ...], lbr: bool, quant: str | None = None,
+                split: bool = False) -> Any:
     """The PrimFunc, marked scheduled and opaque (see the module docstring)."""
-    func = tvm.script.from_source(_source(kind, hidden, dirs, lbr, quant))
+    func = tvm.script.from_source(_source(kind, hidden, dirs, lbr, quant, split))
     return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": 8})  # 8: kOpaque, never fused
 
 
@@ -230,8 +251,10 @@ def emit_layer(bb: Any, kind: str, hidden: int, dirs: tuple[bool, ...], lbr: boo
     every argument stacked over the directions as :func:`_source` takes them."""
     name = (f"forgekit_{kind}_loop_h{hidden}_" + "".join("r" if r else "f" for r in dirs)
             + ("_lbr" if lbr else "") + (f"_q{quant[3:]}" if quant else ""))
+    split = splits_steps(kind, hidden, len(dirs), quant)
+    name += "_split" if split else ""
     existing = [gv for gv in bb.get().get_global_vars() if gv.name_hint == name]
-    gv = existing[0] if existing else bb.add_func(loop_kernel(kind, hidden, dirs, lbr, quant), name)
+    gv = existing[0] if existing else bb.add_func(loop_kernel(kind, hidden, dirs, lbr, quant, split), name)
     nd, t, batch = len(dirs), xw.ty.shape.values[1], xw.ty.shape.values[2]
     dtype = "float32"
     state = relax.TensorType([nd, batch, hidden], dtype)
