@@ -25,7 +25,8 @@ STACK_TILE_BYTES = 2048
 PIPELINE = "forgekit_cpu"
 
 
-def _constant_bytes(buf: Any) -> int | None:
+def constant_bytes(buf: Any) -> int | None:
+    """The bytes of a buffer of constant shape (None: a symbolic dimension)."""
     from tvm import tirx
 
     n = buf.dtype.bits * buf.dtype.lanes // 8
@@ -42,7 +43,7 @@ def keep_tiles_on_stack() -> Any:
     from tvm import tirx
 
     def mark(node: Any) -> Any:
-        nbytes = _constant_bytes(node.buffer)
+        nbytes = constant_bytes(node.buffer)
         if node.buffer.scope() != "global" or nbytes is None or not 0 < nbytes < STACK_TILE_BYTES \
                 or "disable_lower_builtin" in node.annotations:
             return node

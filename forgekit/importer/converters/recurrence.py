@@ -102,7 +102,8 @@ def pack_panels(bb: Any, w: Any) -> Any:
     In the row-major matrix a panel's rows are 256 bytes, ``cols * 4`` bytes apart: 8 KB at H=512 for an
     LSTM, a page or more, which the hardware prefetchers do not follow across, so each step waited on its 4 MB
     of weights line by line.  Measured on a BiLSTM (H=512, input 1024, 8 steps, 2 threads, this Xeon): the
-    loop kernel took 3.1 ms against onnxruntime's 1.9 (which pre-packs its weights the same way, MlasGemmPackB)."""
+    loop kernel ~3.0 -> ~2.1 ms, the layer 2.88 -> 2.23 against onnxruntime's 1.51 (which pre-packs its
+    weights the same way, MlasGemmPackB)."""
     d, rows, cols = (int(v) for v in w.ty.shape.values)
     c = panel(cols)
     op = relax.op

@@ -28,6 +28,7 @@ from tvm.ir import TensorLoad as _BufferLoad
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
+from ..stack_tiles import constant_bytes
 from ..tiling import STREAMING_BYTES, choose_tiles, symbolic_factor, symbolic_vector_tile
 from .common import (
     multiple_of,
@@ -205,12 +206,8 @@ def streams_weights(sch: Schedule, g: GemmLike) -> bool:
     vvar = b.iter_vars[g.vpos].var
     for ld in _loads(prod):
         if any(v.same_as(vvar) for i in ld.indices for v in tirx.analysis.undefined_vars(i)):
-            n = ld.source.dtype.bits // 8
-            for s in ld.source.shape:
-                if not isinstance(s, tirx.IntImm):
-                    return False
-                n *= int(s)
-            return n >= STREAMING_BYTES
+            nbytes = constant_bytes(ld.source)
+            return nbytes is not None and nbytes >= STREAMING_BYTES
     return False
 
 
