@@ -17,7 +17,8 @@ from tvm import relax, te, topi
 
 from . import winograd
 from .dynamic_matmul import legalize_dynamic_matmul
-from .tiling import STREAMING_BYTES, choose_tiles, layout_tile, padded_rows, round_up, symbolic_factor
+from .tiling import (STREAMING_BYTES, choose_tiles, layout_tile, padded_columns, padded_rows, round_up,
+                     symbolic_factor)
 
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
@@ -115,10 +116,9 @@ def make_conv2d_legalize(tinfo: IsaInfo) -> Legalize:
             return winograd.emit(bb, data, w, (n, h, wd, int(ic)), (n, oh, ow, oc), tinfo,
                                  winograd.choose((n, oh, ow, oc), int(ic)), dilation=dh, pad=(pt, pl))
         ocp = oc
-        if groups == 1 and oc % lanes and oc > lanes:
+        if groups == 1 and (ocp := padded_columns(oc, tinfo)) != oc:
             # e.g. 1000 classes: compute 1008 channels with zero weights, slice in the epilogue,
             # so the micro-kernel keeps full-width vectors
-            ocp = (oc + lanes - 1) // lanes * lanes
             w = np.concatenate([w, np.zeros((kh, kw, icg, ocp - oc), w.dtype)], axis=3)
         wrows = padded_rows(ocp, ow, tinfo) if isinstance(ow, int) else None  # a prime width: a few more
         vt, rt = choose_tiles(ocp, wrows, tinfo, symbolic_factor(ow) if wrows is None else 1)
@@ -174,10 +174,7 @@ def make_matmul_legalize(tinfo: IsaInfo) -> Legalize:
             return _default(bb, call)
         xs = [_int_or_expr(v) for v in xs]
         k, nn = w.shape
-        lanes = tinfo.vec_lanes
-        npad = nn
-        if nn % lanes and nn > lanes:  # e.g. 1000 classes -> 1008, sliced in the epilogue
-            npad = (nn + lanes - 1) // lanes * lanes
+        if (npad := padded_columns(nn, tinfo)) != nn:  # e.g. 1000 classes -> 1008, sliced in the epilogue
             w = np.concatenate([w, np.zeros((k, npad - nn), w.dtype)], axis=1)
         # the row axis: M, or the axis before a 1-long M ([T, 1, K] x [K, N]: a time-major GRU/LSTM input
         # projection, whose rows are the time steps; tiled one row at a time it ran at 1/3 of numpy's sgemm)

@@ -162,6 +162,30 @@ def layout_tile(ev: int, er: int | None, tinfo: IsaInfo) -> int:
     return wide if wide is not None else _own_tiles(ev, er, tinfo)[0]
 
 
+def padded_columns(n: int, tinfo: IsaInfo) -> int:
+    """The output channels (columns) a packed conv or matmul computes: ``n``, or ``n`` rounded up to whole
+    vectors when it is not and spans more than one (1000 classes -> 1008 on AVX-512), the extra ones from zero
+    weights, sliced off in the epilogue.
+
+    A ``shared_layout`` target rounds as AVX-512 does when that adds at most 1/16 more columns than its own
+    rounding, so that its packed weights are v4's, byte for byte, and stored once: ddddocr's 8210-class head
+    (33.6 MB) was padded to 8224, 8216 and 8212 columns by v4, v3 and v2, three layouts, and so stored three
+    times (127 MB artifact for 54 MB of ONNX).  Narrow layers (24 channels: 32 against 24) keep their own:
+    a third more compute for a few KB of weights."""
+    own = _whole_vectors(n, tinfo.vec_lanes)
+    if tinfo.shared_layout:
+        from ...targets.isa import LAYOUT_LANES
+
+        wide = _whole_vectors(n, LAYOUT_LANES)
+        if wide * 16 <= own * 17:
+            return wide
+    return own
+
+
+def _whole_vectors(n: int, lanes: int) -> int:
+    return -(-n // lanes) * lanes if n % lanes and n > lanes else n
+
+
 def padded_rows(ev: int, er: int, tinfo: IsaInfo) -> int:
     """The rows a kernel with a static register axis of ``er`` computes: ``er``, or a few more when ``er`` has
     no divisor that makes a good register tile (a prime: ViT's 197 or 101 tokens, the class token on 14x14 or
