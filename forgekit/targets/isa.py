@@ -34,7 +34,8 @@ class IsaInfo:
     num_cores: int
     arch: str  # "x86" | "arm" | "other"
     #: integer dot-product instruction the int8 kernels use: "vnni" (x86 ``vpdpbusd``, u8 x s8),
-    #: "sdot" (ARMv8.2 ``sdot``, s8 x s8) or "" (none: exact generic integer code)
+    #: "sdot" (ARMv8.2 ``sdot``, s8 x s8), "avx2" (``vpmaddwd`` on int16-widened data, :data:`.int8.AVX2`)
+    #: or "" (none: exact generic integer code)
     dot: str = ""
     features: frozenset[str] = frozenset()
     #: pack weights for AVX-512's tiles, whatever the vector width (see :data:`SHARED_LAYOUT_CPUS`)
@@ -89,10 +90,10 @@ def isa_info(target: Any) -> IsaInfo:
         # fixed-width NEON schedules (an SVE vector length is unknown at compile time)
         return IsaInfo(4, 32, cores, "arm", "sdot" if "dotprod" in features else "", features)
     if "avx512f" in features:
-        return IsaInfo(16, 32, cores, "x86", "vnni" if "avx512vnni" in features else "", features)
+        return IsaInfo(16, 32, cores, "x86", "vnni" if "avx512vnni" in features else "avx2", features)
     shared = mcpu in SHARED_LAYOUT_CPUS
     if "avx2" in features:
-        return IsaInfo(8, 16, cores, "x86", "", features, shared)
+        return IsaInfo(8, 16, cores, "x86", "avx2", features, shared)
     if mtriple.startswith("x86") or not mtriple:
         return IsaInfo(4, 16, cores, "x86", "", features, shared)
     return IsaInfo(4, 16, cores, "other", "", features)

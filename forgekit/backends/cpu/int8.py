@@ -57,18 +57,22 @@ class DotKernel:
     key: str            # IsaInfo.dot
     rule: str           # schedule rule name (compile reports, STATS)
     lanes: int          # int32 accumulator lanes of one instruction
-    data_dtype: str     # signedness the instruction wants for the data operand (weights are int8)
+    data_dtype: str     # the data operand's type: signedness the instruction wants, or int16 (widened)
     llvm_intrin: str    # the LLVM intrinsic
+    red: int = RED      # elements one lane sums per instruction
+    weight_dtype: str = "int8"    # as the packed weights are stored
+    operand_dtype: str = "int8"   # the intrinsic's vector elements (stored weights are widened to it)
+    #: the intrinsic returns the products' sums rather than accumulating them (``vpmaddwd``: an add follows)
+    adds: bool = False
 
     def register(self) -> str:
         """Register the kernel's tensor intrinsic (once) and return its name."""
-        return register_dot_intrin(f"forgekit_dot_{self.lanes}x4_{self.key}", self.lanes, self.data_dtype,
-                                   self.llvm_intrin)
+        return register_dot_intrin(f"forgekit_dot_{self.lanes}x{self.red}_{self.key}", self)
 
     def shift(self, x_dtype: str) -> int:
         """What to add to ``x_dtype`` data to bring it into :attr:`data_dtype` (padding: the same value,
-        the shifted zero)."""
-        if x_dtype == self.data_dtype:
+        the shifted zero); int16 holds int8 and uint8 data alike."""
+        if x_dtype == self.data_dtype or self.data_dtype == "int16":
             return 0
         return 128 if self.data_dtype == "uint8" else -128
 
@@ -121,6 +125,8 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
                 or int(a.groups) != 1):
             return _default(bb, call)
         data, weight = call.args
+        if (kernel is None or kernel.red < RED) and (wino := _winograd(bb, call, isa_info(target))) is not None:
+            return wino
         # the batch may stay symbolic (the kernel's rows are pixels of one image, the dot-tile rule fuses the
         # batch into its parallel loop): the stock integer conv it fell back to made a dynamic-batch int8
         # ResNet-style classifier 1.6x slower than its fp32 (issue 39: 1.75 against 1.12 ms at 64x64)
@@ -135,10 +141,10 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
         if not isinstance(oh, int) or not isinstance(ow, int):
             # Relax's own (simplified) output extents, as the fp32 conv takes them (FuseTIR matches buffers)
             _, oh, ow, _ = (_int_or_expr(v) for v in call.ty.shape.values)
-        lanes = kernel.lanes
-        icp, ocp = dot_conv.ceil_to(ic, RED), dot_conv.ceil_to(oc, lanes)
+        lanes, red = kernel.lanes, kernel.red
+        icp, ocp = dot_conv.ceil_to(ic, red), dot_conv.ceil_to(oc, lanes)
         owp = dot_conv.output_width(ow, ocp // lanes, stack_budget(isa_info(target), lanes=lanes))
-        packed = dot_conv.pack_weights(w.astype(np.int8), RED, lanes)
+        packed = dot_conv.pack_weights(w.astype(kernel.weight_dtype), red, lanes)
         offset, xd = kernel.shift(str(data.ty.dtype)), kernel.data_dtype
         comp = (offset * w.sum(axis=(0, 1, 2))).astype(np.int32)  # what the +offset adds per output channel
 
@@ -148,17 +154,45 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
             def shifted(b: Any, y: Any, xx: Any, c: Any) -> Any:
                 inside, v = read(b, y, xx, c)
                 return _guarded(inside, (v.astype("int32") + offset).astype(xd), offset, xd)
-            if offset == 0 and icp == ic and not any((pt, pl, pb, pr)):
+            if offset == 0 and xd == str(data.ty.dtype) and icp == ic and not any((pt, pl, pb, pr)):
                 # nothing to pad or shift: read the activation in place instead of copying it (a full
                 # pass over the input per conv; the uint8 1x1 convs of YOLOv8's C2f/SPPF/head)
                 xs = x
             else:
                 xs = te.compute((n, h + pt + pb, wd + pl + pr, icp), shifted, name=_stage_name(xd))
-            acc = dot_conv.conv(xs, wp, (n, oh, owp, ocp), (kh, kw), (sh, sw), (dh, dw), RED, lanes,
+            acc = dot_conv.conv(xs, wp, (n, oh, owp, ocp), (kh, kw), (sh, sw), (dh, dw), red, lanes,
                                 lambda v: v.astype("int32"), "conv2d_nhwc_int8", None if owp is ow else ow)
             return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
         return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
     return _legalize
+
+
+def _winograd(bb: Any, call: Any, tinfo: IsaInfo) -> Any | None:
+    """An integer 3x3 stride-1 conv as the fp32 Winograd kernels compute it (:mod:`.winograd`, on the integer
+    values: the data and weights cast to fp32, the sums rounded back to int32), or None where Winograd does not
+    apply.  For CPUs whose integer kernel multiplies no more than 2 bytes per lane (AVX2's ``vpmaddwd``, twice
+    an FMA's multiply-adds): F(4x4, 3x3) does 4x fewer, so fp32 Winograd wins there.  Measured on a Zen 3 (2
+    threads, 128 -> 128 channels at 40x40): fp32 Winograd 3.0 ms, int8 ``vpmaddwd`` 5.0, generic integer 12.9.
+    Not exact to the unit like the integer kernels: the sums carry fp32 Winograd's rounding (F(2x2) 2.5e-7 of
+    their magnitude, F(4x4) 4e-6), far below the quantization's own step."""
+    from . import winograd
+    from .packed_conv import conv_geometry
+
+    a = call.attrs
+    data, weight = call.args
+    if a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC" or data.ty.shape is None:
+        return None
+    n, h, wd, ic = (_int_or_expr(v) for v in data.ty.shape.values)
+    w = _const_value(weight).astype(np.float32)
+    if not isinstance(ic, int) or not winograd.applies(a, w, (n, h, wd, ic), tinfo.vec_lanes):
+        return None
+    (_, _), (dh, _), (pt, pl, _, _), (oh, ow) = conv_geometry(a, h, wd, 3, 3)
+    if not isinstance(oh, int) or not isinstance(ow, int):
+        _, oh, ow, _ = (_int_or_expr(v) for v in call.ty.shape.values)  # as the fp32 conv takes them
+    oc = w.shape[3]
+    out = bb.emit(winograd.emit(bb, data, w, (n, h, wd, ic), (n, oh, ow, oc), tinfo, winograd.choose((n, oh, ow, oc), ic),
+                                load=lambda v: v.astype("float32"), dilation=dh, pad=(pt, pl)))
+    return relax.op.astype(relax.op.round(out), "int32")
 
 
 def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
@@ -178,11 +212,11 @@ def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
         except Exception:  # pylint: disable=broad-except
             return _default(bb, call)
         nn = w.shape[1]
-        lanes = kernel.lanes
-        kp, npad = dot_conv.ceil_to(k, RED), dot_conv.ceil_to(nn, lanes)
-        wpad = np.zeros((kp, npad), np.int8)
+        lanes, red = kernel.lanes, kernel.red
+        kp, npad = dot_conv.ceil_to(k, red), dot_conv.ceil_to(nn, lanes)
+        wpad = np.zeros((kp, npad), kernel.weight_dtype)
         wpad[:k, :nn] = w
-        packed = np.ascontiguousarray(wpad.reshape(kp // RED, RED, npad // lanes, lanes).transpose(2, 0, 3, 1))
+        packed = np.ascontiguousarray(wpad.reshape(kp // red, red, npad // lanes, lanes).transpose(2, 0, 3, 1))
         offset, xd = kernel.shift(str(x.ty.dtype)), kernel.data_dtype
         comp = (offset * w.astype(np.int32).sum(axis=0)).astype(np.int32)
         lead = xs_shape[:-1]
@@ -192,11 +226,11 @@ def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
                 v = (a[(*i[:-1], tvm.tirx.min(i[-1], k - 1))].astype("int32") + offset).astype(xd)
                 return _guarded(i[-1] < k, v, offset, xd)
             xs = te.compute((*lead, kp), shifted, name=_stage_name(xd))
-            r = te.reduce_axis((0, kp // RED), "rk")
-            ri = te.reduce_axis((0, RED), "ri")
+            r = te.reduce_axis((0, kp // red), "rk")
+            ri = te.reduce_axis((0, red), "ri")
             acc = te.compute(
                 (*lead, npad),
-                lambda *i: te.sum(xs[(*i[:-1], r * RED + ri)].astype("int32")
+                lambda *i: te.sum(xs[(*i[:-1], r * red + ri)].astype("int32")
                                   * wp[i[-1] // lanes, r, i[-1] % lanes, ri].astype("int32"), axis=[r, ri]),
                 name="matmul_int8")
             return te.compute((*lead, nn), lambda *i: acc(*i) - cmp[i[-1]], name="T_int8_fixup")
@@ -205,12 +239,13 @@ def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
 
 
 # ---------------------------------------------------------------- the tensor intrinsics
-def register_dot_intrin(name: str, lanes: int, data_dtype: str, llvm_intrin: str) -> str:
-    """Register ``C[lanes] += sum_k A[k] * B[lanes, k]`` (``k`` < 4; A ``data_dtype``, B int8, C int32) as
-    one call of the LLVM intrinsic ``llvm_intrin`` with the 4 data bytes broadcast to every lane.  TVM has
-    the same intrinsics (``dot_16x4_vnni``, ``dot_4x4_i8i8s32_sdot``) in ``tvm.s_tir.tensor_intrin``, whose
-    import also loads every CUDA intrinsic (~30 s); its VNNI copy also passes ``<16 x i32>`` operands, which
-    LLVM >= 20's ``(<16 x i32>, <64 x i8>, <64 x i8>)`` signature rejects."""
+def register_dot_intrin(name: str, kernel: DotKernel) -> str:
+    """Register ``C[lanes] += sum_k A[k] * B[lanes, k]`` (``k`` < ``kernel.red``; A ``data_dtype``, B
+    ``weight_dtype``, C int32) as one call of the kernel's LLVM intrinsic with the ``red`` data elements
+    broadcast to every lane (and an add, for an intrinsic that does not accumulate).  TVM has the same
+    intrinsics (``dot_16x4_vnni``, ``dot_4x4_i8i8s32_sdot``) in ``tvm.s_tir.tensor_intrin``, whose import also
+    loads every CUDA intrinsic (~30 s); its VNNI copy also passes ``<16 x i32>`` operands, which LLVM >= 20's
+    ``(<16 x i32>, <64 x i8>, <64 x i8>)`` signature rejects."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
@@ -219,33 +254,50 @@ def register_dot_intrin(name: str, lanes: int, data_dtype: str, llvm_intrin: str
         return name
     except Exception:  # pylint: disable=broad-except
         pass
-    acc, vec = f"int32x{lanes}", f"int8x{lanes * 4}"
+    lanes, red, xd, wd = kernel.lanes, kernel.red, kernel.data_dtype, kernel.weight_dtype
+    acc, vec = f"int32x{lanes}", f"{kernel.operand_dtype}x{lanes * red}"
 
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((4,), data_dtype, offset_factor=1), B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+    def desc(A: T.Buffer((red,), xd, offset_factor=1), B: T.Buffer((lanes, red), wd, offset_factor=1),
              C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.reads(C[0:lanes], A[0:red], B[0:lanes, 0:red])
             T.writes(C[0:lanes])
             for i in T.serial(0, lanes):
-                for k in T.serial(0, 4):
+                for k in T.serial(0, red):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
                         C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
-    @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((4,), data_dtype, offset_factor=1), B: T.Buffer((lanes, 4), "int8", offset_factor=1),
-             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
-            T.writes(C[0:lanes])
-            # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
-            # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
-            C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id(llvm_intrin),
-                C.vload([0], dtype=acc),
-                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], f"{data_dtype}x4"), dtype="int32"), lanes), dtype=vec),
-                B.vload([0, 0], dtype=vec), dtype=acc)
+    intrin = T.llvm_lookup_intrinsic_id(kernel.llvm_intrin)
+
+    def data(A: T.Buffer) -> T.PrimExpr:  # the red elements as one int32, in every lane
+        return T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], f"{xd}x{red}"), dtype="int32"), lanes), dtype=vec)
+
+    def weights(B: T.Buffer) -> T.PrimExpr:  # one vector load (widened: one vpmovsxbw)
+        stored = B.vload([0, 0], dtype=f"{wd}x{lanes * red}")
+        return stored if wd == kernel.operand_dtype else T.Cast(vec, stored)
+
+    if kernel.adds:
+        @T.prim_func(s_tir=True)
+        def impl(A: T.Buffer((red,), xd, offset_factor=1), B: T.Buffer((lanes, red), wd, offset_factor=1),
+                 C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:lanes], A[0:red], B[0:lanes, 0:red])
+                T.writes(C[0:lanes])
+                C[T.ramp(T.int32(0), 1, lanes)] = C.vload([0], dtype=acc) + T.call_llvm_pure_intrin(
+                    intrin, data(A), weights(B), dtype=acc)
+    else:
+        @T.prim_func(s_tir=True)
+        def impl(A: T.Buffer((red,), xd, offset_factor=1), B: T.Buffer((lanes, red), wd, offset_factor=1),
+                 C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:lanes], A[0:red], B[0:lanes, 0:red])
+                T.writes(C[0:lanes])
+                # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
+                # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
+                C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
+                    intrin, C.vload([0], dtype=acc), data(A), weights(B), dtype=acc)
 
     # the accumulator is a default-scope buffer under 1 KiB (see rules.common.acc_scope): tensorize
     # compares storage scopes, so the schedule must give the tile exactly this scope
@@ -257,5 +309,12 @@ def register_dot_intrin(name: str, lanes: int, data_dtype: str, llvm_intrin: str
 VNNI = DotKernel("vnni", "gemm_int8_vnni", 16, "uint8", "llvm.x86.avx512.vpdpbusd.512")
 #: ARMv8.2 dot product: s8 x s8, 4 lanes of a NEON register (the broadcast becomes one ld1r)
 SDOT = DotKernel("sdot", "gemm_int8_sdot", 4, "int8", "llvm.aarch64.neon.sdot.v4i32.v16i8")
+#: x86 AVX2 without a dot-product instruction: ``vpmaddwd`` multiplies int16 pairs and sums each pair into an
+#: int32 lane (8 lanes of a ymm register), then an add.  The data is widened to int16 in the kernel's staging
+#: copy and the weights at compile time, so it is exact (``vpmaddubsw`` on the bytes, onnxruntime's AVX2
+#: u8s8 path, saturates its int16 pair sums: forgekit.evaluate.reference).  Measured on a Zen 3 (2 threads):
+#: the generic integer code ran a 6-conv int8 net at 3.9x its fp32 (39.6 against 10.1 ms).
+AVX2 = DotKernel("avx2", "gemm_int8_avx2", 8, "int16", "llvm.x86.avx2.pmadd.wd", red=2, weight_dtype="int16",
+                 operand_dtype="int16", adds=True)
 #: IsaInfo.dot -> kernel
-KERNELS = {k.key: k for k in (VNNI, SDOT)}
+KERNELS = {k.key: k for k in (VNNI, SDOT, AVX2)}

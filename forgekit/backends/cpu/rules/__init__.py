@@ -16,5 +16,6 @@ from .pool import PoolRule
 from .reduction import ReductionRule
 from .winograd import WinogradRule
 
-RULES = [WinogradRule(), GemmBf16Rule(), GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), Conv2DRule(), MatmulRule(), PoolRule(),
-         ColumnReductionRule(), ReductionRule(), ElementwiseRule(), FallbackRule()]
+RULES = [WinogradRule(), GemmBf16Rule(), GemmInt8Rule(int8.VNNI), GemmInt8Rule(int8.SDOT), GemmInt8Rule(int8.AVX2),
+         Conv2DRule(), MatmulRule(), PoolRule(), ColumnReductionRule(), ReductionRule(), ElementwiseRule(),
+         FallbackRule()]

@@ -1,9 +1,9 @@
 """Integer conv2d/matmul rule: the register-tiled dot-product micro-kernel of :mod:`.dot_tile` with
-``vpdpbusd`` on AVX512-VNNI or ``sdot`` on ARMv8.2 (see :mod:`forgekit.backends.cpu.int8`).
+``vpdpbusd`` on AVX512-VNNI, ``sdot`` on ARMv8.2 or ``vpmaddwd`` on AVX2 (see :mod:`forgekit.backends.cpu.int8`).
 
 Matches the blocks made by the int8 legalization (``conv2d_nhwc_int8`` / ``matmul_int8``): spatial
-``[..., r, v]`` and reduction ``[..., c, i]`` with ``i`` the 4 bytes of one dot product; 16 lanes on VNNI,
-4 on sdot.  The epilogue carries the -offset*sum(W) fix-up, dequantize, bias, relu and the requantize of
+``[..., r, v]`` and reduction ``[..., c, i]`` with ``i`` the 4 bytes of one dot product (2 int16 on AVX2);
+16 lanes on VNNI, 4 on sdot, 8 on AVX2.  The epilogue carries the -offset*sum(W) fix-up, dequantize, bias, relu and the requantize of
 the next layer.
 """
 
@@ -32,6 +32,7 @@ class GemmInt8Rule(DotTileRule):
         self.kernel = kernel
         self.name = kernel.rule
         self.lanes = kernel.lanes
+        self.red = kernel.red
 
     def available(self, tinfo: IsaInfo) -> bool:
         return tinfo.dot == self.kernel.key
