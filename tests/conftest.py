@@ -124,6 +124,16 @@ def scheduled_kernels(model: Any, shape_dict: dict, opt_level: int = 3) -> tuple
     return captured["mod"], run
 
 
+def host_dot_kernel():
+    """This host's int8 dot-product kernel (:class:`forgekit.backends.cpu.int8.DotKernel`: VNNI, sdot, or
+    vpmaddwd on AVX2), None where it has none."""
+    from forgekit.backends.cpu.int8 import dot_kernel
+    from forgekit.targets import parse_target
+    from forgekit.targets.isa import isa_info
+
+    return dot_kernel(isa_info(parse_target("host").tvm_target()))
+
+
 def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Reference outputs from onnxruntime (CPU, deterministic single-thread)."""
     import onnxruntime as ort

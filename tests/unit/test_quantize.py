@@ -16,7 +16,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import forgekit
-from conftest import ort_run, run_cli
+from conftest import host_dot_kernel, ort_run, run_cli
 from onnx_models import make_cnn, ort_qdq_cnn, samples
 from forgekit.backends.cpu.pipeline import preprocess
 from forgekit.errors import InputError, UsageError
@@ -534,16 +534,6 @@ def _ort(path, x):
     return ort_run(path, {"x": x})[0]  # without onnxruntime's saturating u8s8 path of CPUs with no VNNI
 
 
-def _host_dot_rule() -> str:
-    """The schedule rule of this host's int8 dot-product kernel (every x86-64 host with AVX2 has one)."""
-    from forgekit.backends.cpu.int8 import dot_kernel
-    from forgekit.targets import parse_target
-    from forgekit.targets.isa import isa_info
-
-    kernel = dot_kernel(isa_info(parse_target("host").tvm_target()))
-    return kernel.rule if kernel is not None else "none"
-
-
 @pytest.mark.parametrize("activation", ["QInt8", "QUInt8"])
 def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -> None:
     from forgekit.backends import cpu as schedules
@@ -554,7 +544,8 @@ def test_ort_quantize_static_qdq_runs_on_integer_kernels(tmp_path, activation) -
     f = ir.get_inference_function("host")
     # the two regular convs and the matmul run on the host's dot-product kernels (VNNI, or vpmaddwd on AVX2),
     # the depthwise one on the generic rule
-    assert list(schedules.STATS.values()).count(_host_dot_rule()) == 3
+    kernel = host_dot_kernel()
+    assert list(schedules.STATS.values()).count(kernel.rule if kernel else "none") == 3
     for x in samples(2, seed=9):
         expected = _ort(dst, x)
         np.testing.assert_allclose(f(x), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
