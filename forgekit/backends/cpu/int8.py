@@ -278,26 +278,20 @@ def register_dot_intrin(name: str, kernel: DotKernel) -> str:
         stored = B.vload([0, 0], dtype=f"{wd}x{lanes * red}")
         return stored if wd == kernel.operand_dtype else T.Cast(vec, stored)
 
-    if kernel.adds:
-        @T.prim_func(s_tir=True)
-        def impl(A: T.Buffer((red,), xd, offset_factor=1), B: T.Buffer((lanes, red), wd, offset_factor=1),
-                 C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
-            with T.sblock("root"):
-                T.reads(C[0:lanes], A[0:red], B[0:lanes, 0:red])
-                T.writes(C[0:lanes])
-                C[T.ramp(T.int32(0), 1, lanes)] = C.vload([0], dtype=acc) + T.call_llvm_pure_intrin(
-                    intrin, data(A), weights(B), dtype=acc)
-    else:
-        @T.prim_func(s_tir=True)
-        def impl(A: T.Buffer((red,), xd, offset_factor=1), B: T.Buffer((lanes, red), wd, offset_factor=1),
-                 C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
-            with T.sblock("root"):
-                T.reads(C[0:lanes], A[0:red], B[0:lanes, 0:red])
-                T.writes(C[0:lanes])
-                # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
-                # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
-                C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                    intrin, C.vload([0], dtype=acc), data(A), weights(B), dtype=acc)
+    def update(A: T.Buffer, B: T.Buffer, C: T.Buffer) -> T.PrimExpr:
+        if kernel.adds:  # vpmaddwd returns the pair sums: an add follows
+            return C.vload([0], dtype=acc) + T.call_llvm_pure_intrin(intrin, data(A), weights(B), dtype=acc)
+        return T.call_llvm_pure_intrin(intrin, C.vload([0], dtype=acc), data(A), weights(B), dtype=acc)
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((red,), xd, offset_factor=1), B: T.Buffer((lanes, red), wd, offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:red], B[0:lanes, 0:red])
+            T.writes(C[0:lanes])
+            # one expression, no temporaries: a TVMScript temporary becomes a "local" buffer, and TVM 0.27
+            # serves every "local" allocation with TVMBackendAllocWorkspace (a call per use)
+            C[T.ramp(T.int32(0), 1, lanes)] = update(A, B, C)
 
     # the accumulator is a default-scope buffer under 1 KiB (see rules.common.acc_scope): tensorize
     # compares storage scopes, so the schedule must give the tile exactly this scope
