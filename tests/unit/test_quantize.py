@@ -427,44 +427,6 @@ def test_int8_kernels_use_vpmaddwd_without_vnni_and_are_exact(mcpu, kind, x_dtyp
     np.testing.assert_array_equal(out, ref)
 
 
-@pytest.mark.parametrize(("mcpu", "winograd"), [("haswell", True), ("znver4", False)])
-@pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
-def test_int8_3x3_convs_take_winograd_without_a_4_byte_dot_product(mcpu, winograd, x_dtype) -> None:
-    """A 3x3 stride-1 integer conv on AVX2 ran vpmaddwd or generic integer code at 1.5-4x the fp32 Winograd
-    conv's time (int8 slower than fp32: issue 39); it now runs the fp32 Winograd kernels on its integer values,
-    the sums rounded back (int8._winograd).  VNNI keeps its exact dot-product kernel."""
-    import tvm
-    from tvm import relax
-
-    from forgekit.backends import cpu as schedules
-
-    rng = np.random.default_rng(1)
-    lo, hi = (-128, 128) if x_dtype == "int8" else (0, 256)
-    x = rng.integers(lo, hi, (1, 32, 12, 12)).astype(x_dtype)
-    w = rng.integers(-127, 128, (32, 32, 3, 3)).astype(np.int8)
-    bb = relax.BlockBuilder()
-    xv = relax.Var("x", relax.TensorType(x.shape, x_dtype))
-    with bb.function("main", [xv]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=1, out_dtype="int32"))
-        bb.emit_func_output(y)
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    ref = np.stack([np.stack([np.tensordot(w.astype(np.int64), xp[0, :, i:i + 3, j:j + 3], 3) for j in range(12)], -1)
-                    for i in range(12)], -2)[None]
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
-    schedules.STATS.clear()
-    ex = tvm.compile(bb.get(), target=target, relax_pipeline=schedules.cpu_pipeline(target))
-    assert ("winograd" in schedules.STATS.values()) == winograd, schedules.STATS
-    from forgekit.runtime.cpu import host_features
-
-    needs = {"avx2", "fma"} if mcpu == "haswell" else {"avx512f", "avx512vnni", "avx512bw"}
-    if not needs <= host_features():
-        pytest.skip("this CPU cannot run the kernel: checked the schedule only")
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    # F(2x2, 3x3) on integers: every product and partial sum under 2^22 is exact in fp32 (checked: max 0 here)
-    assert np.abs(out.astype(np.int64) - ref).max() <= (1 if winograd else 0)
-
-
 @pytest.mark.parametrize(("tag", "rule"), [("raspberry-pi/5", "gemm_int8_sdot"), ("raspberry-pi/4", None)])
 @pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
 def test_int8_kernels_use_sdot_on_armv82(tag, rule, x_dtype) -> None:

@@ -125,8 +125,6 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
                 or int(a.groups) != 1):
             return _default(bb, call)
         data, weight = call.args
-        if (kernel is None or kernel.red < RED) and (wino := _winograd(bb, call, isa_info(target))) is not None:
-            return wino
         # the batch may stay symbolic (the kernel's rows are pixels of one image, the dot-tile rule fuses the
         # batch into its parallel loop): the stock integer conv it fell back to made a dynamic-batch int8
         # ResNet-style classifier 1.6x slower than its fp32 (issue 39: 1.75 against 1.12 ms at 64x64)
@@ -165,34 +163,6 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
             return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
         return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
     return _legalize
-
-
-def _winograd(bb: Any, call: Any, tinfo: IsaInfo) -> Any | None:
-    """An integer 3x3 stride-1 conv as the fp32 Winograd kernels compute it (:mod:`.winograd`, on the integer
-    values: the data and weights cast to fp32, the sums rounded back to int32), or None where Winograd does not
-    apply.  For CPUs whose integer kernel multiplies no more than 2 bytes per lane (AVX2's ``vpmaddwd``, twice
-    an FMA's multiply-adds): F(4x4, 3x3) does 4x fewer, so fp32 Winograd wins there.  Measured on a Zen 3 (2
-    threads, 128 -> 128 channels at 40x40): fp32 Winograd 3.0 ms, int8 ``vpmaddwd`` 5.0, generic integer 12.9.
-    Not exact to the unit like the integer kernels: the sums carry fp32 Winograd's rounding (F(2x2) 2.5e-7 of
-    their magnitude, F(4x4) 4e-6), far below the quantization's own step."""
-    from . import winograd
-    from .packed_conv import conv_geometry
-
-    a = call.attrs
-    data, weight = call.args
-    if a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC" or data.ty.shape is None:
-        return None
-    n, h, wd, ic = (_int_or_expr(v) for v in data.ty.shape.values)
-    w = _const_value(weight).astype(np.float32)
-    if not isinstance(ic, int) or not winograd.applies(a, w, (n, h, wd, ic), tinfo.vec_lanes):
-        return None
-    (_, _), (dh, _), (pt, pl, _, _), (oh, ow) = conv_geometry(a, h, wd, 3, 3)
-    if not isinstance(oh, int) or not isinstance(ow, int):
-        _, oh, ow, _ = (_int_or_expr(v) for v in call.ty.shape.values)  # as the fp32 conv takes them
-    oc = w.shape[3]
-    out = bb.emit(winograd.emit(bb, data, w, (n, h, wd, ic), (n, oh, ow, oc), tinfo, winograd.choose((n, oh, ow, oc), ic),
-                                load=lambda v: v.astype("float32"), dilation=dh, pad=(pt, pl)))
-    return relax.op.astype(relax.op.round(out), "int32")
 
 
 def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
