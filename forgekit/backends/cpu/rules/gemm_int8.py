@@ -3,8 +3,8 @@
 
 Matches the blocks made by the int8 legalization (``conv2d_nhwc_int8`` / ``matmul_int8``): spatial
 ``[..., r, v]`` and reduction ``[..., c, i]`` with ``i`` the 4 bytes of one dot product (2 int16 on AVX2);
-16 lanes on VNNI, 4 on sdot, 8 on AVX2.  The epilogue carries the -offset*sum(W) fix-up, dequantize, bias, relu and the requantize of
-the next layer.
+16 lanes on VNNI, 4 on sdot, 8 on AVX2.  The epilogue carries the -offset*sum(W) fix-up, dequantize, bias,
+relu and the requantize of the next layer.
 """
 
 from __future__ import annotations
