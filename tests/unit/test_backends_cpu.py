@@ -162,10 +162,10 @@ def test_lower_levels_do_not_use_the_cpu_schedules(tmp_path) -> None:
 
 @pytest.mark.parametrize(("target", "lanes", "arch", "dot"), [
     ({"kind": "llvm", "mcpu": "znver4"}, 16, "x86", "vnni"),
-    ({"kind": "llvm", "mcpu": "skylake-avx512"}, 16, "x86", ""),
+    ({"kind": "llvm", "mcpu": "skylake-avx512"}, 16, "x86", "avx2"),  # no VNNI: vpmaddwd (int8.AVX2)
     ({"kind": "llvm", "mattr": ["+avx512f", "+avx512vnni"]}, 16, "x86", "vnni"),
-    ({"kind": "llvm", "mcpu": "haswell"}, 8, "x86", ""),
-    ({"kind": "llvm", "mattr": ["+avx2"]}, 8, "x86", ""),
+    ({"kind": "llvm", "mcpu": "haswell"}, 8, "x86", "avx2"),
+    ({"kind": "llvm", "mattr": ["+avx2"]}, 8, "x86", "avx2"),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"], "mcpu": "cortex-a76"}, 4, "arm", "sdot"),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, 4, "arm", "sdot"),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"], "mcpu": "cortex-a72"}, 4, "arm", ""),

@@ -149,11 +149,14 @@ engine = Engine(sys.argv[1])
 x = np.random.default_rng(0).standard_normal(engine.input_shapes[0]).astype(np.float32)
 for _ in range(3):
     engine.infer(x)
-time.sleep(0.03)
 me = os.getpid()
-states = [open(p).read().rsplit(")", 1)[1].split()[0] for p in glob.glob(f"/proc/{me}/task/*/stat")
-          if not p.startswith(f"/proc/{me}/task/{me}/")]
-print(os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"), sum(s == "R" for s in states))
+running = []
+for _ in range(10):  # a spinning worker preempted by other load stays "R" until it runs again: sample a while
+    time.sleep(0.03)
+    states = [open(p).read().rsplit(")", 1)[1].split()[0] for p in glob.glob(f"/proc/{me}/task/*/stat")
+              if not p.startswith(f"/proc/{me}/task/{me}/")]
+    running.append(sum(s == "R" for s in states))
+print(os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"), running[0], min(running))
 '''
 
 
@@ -168,7 +171,8 @@ def test_worker_threads_sleep_soon_after_an_inference(tmp_path) -> None:
     env["TVM_NUM_THREADS"] = "2"
     ours = subprocess.run([sys.executable, "-c", _SPIN_PROBE, str(art)], env=env, capture_output=True, text=True,
                           check=True).stdout.split()
-    assert ours == ["10000", "0"], ours
+    # within 300 ms (at 30 ms when the cores are free; CI's other worker once kept it runnable past that)
+    assert ours[0] == "10000" and ours[2] == "0", ours
     theirs = subprocess.run([sys.executable, "-c", _SPIN_PROBE, str(art)],
                             env={**env, "TVM_THREAD_POOL_SPIN_COUNT": "3000000"}, capture_output=True, text=True,
                             check=True).stdout.split()
