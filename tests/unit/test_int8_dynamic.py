@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import forgekit
+from conftest import ort_run
 
 
 def _model(nodes: list, inits: dict[str, np.ndarray], inputs: list, outputs: list, opset: int = 17) -> onnx.ModelProto:
@@ -31,13 +31,8 @@ def _model(nodes: list, inits: dict[str, np.ndarray], inputs: list, outputs: lis
 
 def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """onnxruntime without its saturating u8s8 path (CPUs with no VNNI: its MatMulInteger was off by whole
-    quantization steps on a Zen 3, and the T5-like encoder's test failed there), as conftest.ort_run."""
-    from forgekit.evaluate.reference import EXACT_INT8
-
-    options = ort.SessionOptions()
-    for key, value in EXACT_INT8.items():
-        options.add_session_config_entry(key, value)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+    quantization steps on a Zen 3, and the T5-like encoder's test failed there)."""
+    return ort_run(model, feeds)
 
 
 def _has_vnni() -> bool:
