@@ -201,9 +201,9 @@ def padded_rows(ev: int, er: int, tinfo: IsaInfo) -> int:
         return er
     best, best_reuse, best_tile = er, current, current
     for rows in range(er + 2 - er % 2, er + max(2, er // 8) + 1, 2):
-        reuse = _reuse(ev, rows, isa) * er / rows
-        if reuse > best_reuse:
-            best, best_reuse, best_tile = rows, reuse, _reuse(ev, rows, isa)
+        tile = _reuse(ev, rows, isa)
+        if (reuse := tile * er / rows) > best_reuse:
+            best, best_reuse, best_tile = rows, reuse, tile
     # the tile's own reuse must double; the rows it adds already weigh in the choice among candidates.  Asking
     # the weighted reuse to double (as before) never padded on AVX2, whose 8 accumulators give at most 2x the
     # 1-row tile's: 197 -> 198 rows weighs 8 * 197/198 < 8, so ViT's prime token counts kept 1-row tiles there
