@@ -427,17 +427,19 @@ def test_int8_kernels_use_vpmaddwd_without_vnni_and_are_exact(mcpu, kind, x_dtyp
     np.testing.assert_array_equal(out, ref)
 
 
-@pytest.mark.parametrize(("mcpu", "side", "winograd"), [("haswell", 16, True), ("x86-64-v3", 16, True),
-                                                         ("x86-64-v2", 16, True), ("raspberry-pi/4", 16, True),
-                                                         ("haswell", 12, False), ("znver4", 16, False)])
+@pytest.mark.parametrize(("mcpu", "side", "channels", "dilation", "route"), [
+    ("haswell", 16, 32, 1, "fp32-f4"), ("x86-64-v3", 16, 32, 1, "fp32-f4"), ("x86-64-v2", 16, 32, 1, "fp32-f4"),
+    ("raspberry-pi/4", 16, 32, 1, "fp32-f4"), ("haswell", 12, 32, 1, "int16-f2"), ("haswell", 16, 96, 1, "int16-f2"),
+    ("haswell", 12, 32, 2, "int16-f2"), ("znver4", 16, 32, 1, "direct")])
 @pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
-def test_int8_3x3_convs_take_f4_winograd_without_a_4_byte_dot_product(mcpu, side, winograd, x_dtype) -> None:
-    """The class: 3x3 stride-1 integer convs on AVX2 CPUs without VNNI whose fp32 conv takes F(4x4, 3x3) (both
-    output sides >= 14, U <= 4 MB).  vpmaddwd ran them 1.2-2x slower than fp32 Winograd: int8 ResNet-18 at 0.78x
-    its fp32's speed on a Zen 3 (issue 39: int8 must never lose).  They now run the fp32 F(4x4) kernels on their
-    integer values, the sums rounded back (int8._winograd); F(2x2) sizes keep vpmaddwd, VNNI its exact kernel.
-    CPUs with no integer dot product at all (SSE-only x86, Cortex-A72) ran generic integer code, 4x fp32
-    Winograd's time: they take it too."""
+def test_int8_3x3_convs_take_winograd_without_a_4_byte_dot_product(mcpu, side, channels, dilation, route,
+                                                                   x_dtype) -> None:
+    """The class: 3x3 stride-1 integer convs on CPUs without a 4-byte integer dot product (AVX2's vpmaddwd, or
+    none).  Direct, they ran 1.2-2x slower than fp32 Winograd: int8 ResNet-18 at 0.78x its fp32's speed on a
+    Zen 3 (issue 39: int8 must never lose).  Now (int8_winograd): fp32 F(4x4) on the integer values where fp32
+    takes F(4x4) and its U fits a core's L2, or where there is no int16 kernel (SSE-only x86, Cortex-A72: generic
+    integer code, 4x fp32 Winograd's time); integer F(2x2) on vpmaddwd otherwise (smaller images, more channels,
+    a dilated height), exact to the unit; VNNI keeps its exact direct kernel."""
     import tvm
     from tvm import relax
 
@@ -447,29 +449,32 @@ def test_int8_3x3_convs_take_f4_winograd_without_a_4_byte_dot_product(mcpu, side
 
     rng = np.random.default_rng(1)
     lo, hi = (-128, 128) if x_dtype == "int8" else (0, 256)
-    x = rng.integers(lo, hi, (1, 32, side, side)).astype(x_dtype)
-    w = rng.integers(-127, 128, (32, 32, 3, 3)).astype(np.int8)
+    x = rng.integers(lo, hi, (1, channels, side, side)).astype(x_dtype)
+    w = rng.integers(-127, 128, (channels, channels, 3, 3)).astype(np.int8)
+    w[:, :, 1, 1] = -128  # the extreme weight: |4U| reaches 9 * 128 - 1 in the middle taps
     bb = relax.BlockBuilder()
     xv = relax.Var("x", relax.TensorType(x.shape, x_dtype))
     with bb.function("main", [xv]):
         with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=1, out_dtype="int32"))
+            y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=(dilation, 1),
+                                                  dilation=(dilation, 1), out_dtype="int32"))
         bb.emit_func_output(y)
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    ref = np.stack([np.stack([np.tensordot(w.astype(np.int64), xp[0, :, i:i + 3, j:j + 3], 3) for j in range(side)],
-                             -1) for i in range(side)], -2)[None]
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (dilation, dilation), (1, 1)))
+    ref = np.stack([np.stack([np.tensordot(w.astype(np.int64), xp[0, :, i:i + 2 * dilation + 1:dilation, j:j + 3], 3)
+                              for j in range(side)], -1) for i in range(side)], -2)[None]
     target = parse_target(mcpu).tvm_target() if "/" in mcpu else tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
     schedules.STATS.clear()
     ex = tvm.compile(bb.get(), target=target, relax_pipeline=schedules.cpu_pipeline(target))
-    assert ("winograd" in schedules.STATS.values()) == winograd, schedules.STATS
-    assert ("gemm_int8_avx2" in schedules.STATS.values()) == (mcpu == "haswell" and not winograd), schedules.STATS
+    rules = set(schedules.STATS.values())
+    assert ("winograd" in rules) == (route != "direct"), rules
+    assert ("gemm_int8_avx2" in rules) == (route == "int16-f2"), rules  # the integer GEMM / no direct kernel
     needs = {"avx512f", "avx512vnni", "avx512bw"} if mcpu == "znver4" else {"avx2", "fma"}
     if "/" in mcpu or not needs <= host_features():
         pytest.skip("this CPU cannot run the kernel: checked the schedule only")
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy().astype(np.int64)
     # F(4x4, 3x3)'s fractions round in fp32: 4e-6 of the sums' magnitude at most (1e-5 checked), against a
-    # quantization step of ~1/127 of it; the integer kernels are exact to the unit
-    tol = 1e-5 * np.abs(ref).max() if winograd else 0
+    # quantization step of ~1/127 of it; the integer F(2x2) and the direct kernels are exact to the unit
+    tol = 1e-5 * np.abs(ref).max() if route == "fp32-f4" else 0
     assert np.abs(out - ref).max() <= tol
 
 

@@ -32,7 +32,7 @@ import tvm
 from tvm import relax, te
 
 from ...targets.isa import isa_info
-from . import dot_conv
+from . import dot_conv, int8_winograd
 from .packed_conv import (  # shared legalization helpers
     Legalize,
     _const_value,
@@ -112,13 +112,15 @@ def _stage_name(dtype: str) -> str:
 
 def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
     """conv2d legalization: the dot-product kernel for int8 NHWC/HWIO convolutions, ``fallback`` otherwise."""
-    kernel = dot_kernel(isa_info(target))
+    tinfo = isa_info(target)
+    kernel = dot_kernel(tinfo)
 
     def _legalize(bb: Any, call: Any) -> Any:
         if not is_int8_call(call):
             return fallback(bb, call)
         a = call.attrs
-        if (kernel is None or kernel.red < RED) and (wino := _winograd(bb, call, isa_info(target))) is not None:
+        if ((kernel is None or kernel.red < RED)
+                and (wino := int8_winograd.emit_conv(bb, call, tinfo, kernel)) is not None):
             return wino
         if exact_in_fp32(call, _const_value(call.args[1])) and (kernel is None or int(a.groups) != 1):
             # depthwise (and everything without a dot product) that fp32 computes exactly: the fp32 kernel
@@ -165,39 +167,6 @@ def make_conv2d_int8_legalize(target: Any, fallback: Legalize) -> Legalize:
             return te.compute((n, oh, ow, oc), lambda b, y, xx, ff: acc[b, y, xx, ff] - cmp[ff], name="T_int8_fixup")
         return bb.call_te(f, data, relax.const(packed), relax.const(comp), primfunc_name_hint="conv2d_int8")
     return _legalize
-
-
-def _winograd(bb: Any, call: Any, tinfo: IsaInfo) -> Any | None:
-    """An integer 3x3 stride-1 conv as the fp32 F(4x4, 3x3) Winograd kernels compute it (:mod:`.winograd`, on
-    the integer values: the data and weights cast to fp32, the sums rounded back to int32), where the integer
-    kernel multiplies 2 bytes per lane or none has one (AVX2's ``vpmaddwd`` then ``vpaddd``: 1.2x an FMA's
-    multiply-adds on a Zen 3, measured; Cortex-A72 and SSE-only x86: generic integer code) and fp32 takes
-    F(4x4) (4x fewer multiplies); None elsewhere.  Not F(2x2) (2.25x fewer): with its two extra passes over memory it
-    lost to ``vpmaddwd``, and its fp32 U is 7x the int16 weights.  ResNet-18's 3x3 convs on a Zen 3 (2 threads,
-    ms per conv, fp32 Winograd / ``vpmaddwd``): 56x56x64 F4 0.51/1.06, 28x28x128 F4 0.85/1.10, 14x14x256 F2
-    1.30/1.14, 7x7x512 F2 1.52/1.26: int8 ResNet-18 was 0.78x its fp32's speed.  An earlier route for every
-    3x3 conv (F2 included) was 5% faster than ``vpmaddwd`` alone and 3.3x the artifact (7c5713d); F(4x4)'s U is
-    at most ``winograd.F4_MAX_WEIGHT_BYTES``.  Not exact to the unit like the integer kernels: the sums carry
-    fp32 Winograd's rounding (4e-6 of their magnitude), far below the quantization's own step."""
-    from . import winograd
-
-    a = call.attrs
-    data, weight = call.args
-    if a.data_layout != "NHWC" or a.kernel_layout != "HWIO" or a.out_layout != "NHWC" or data.ty.shape is None:
-        return None
-    n, h, wd, ic = (_int_or_expr(v) for v in data.ty.shape.values)
-    w = _const_value(weight).astype(np.float32)
-    if not isinstance(ic, int) or not winograd.applies(a, w, (n, h, wd, ic), tinfo.vec_lanes):
-        return None
-    (_, _), (dh, _), (pt, pl, _, _), (oh, ow) = conv_geometry(a, h, wd, 3, 3)
-    if not isinstance(oh, int) or not isinstance(ow, int):
-        _, oh, ow, _ = (_int_or_expr(v) for v in call.ty.shape.values)  # as the fp32 conv takes them
-    oc = w.shape[3]
-    if winograd.choose((n, oh, ow, oc), ic) is not winograd.F4:
-        return None
-    out = bb.emit(winograd.emit(bb, data, w, (n, h, wd, ic), (n, oh, ow, oc), tinfo, winograd.F4,
-                                load=lambda v: v.astype("float32"), dilation=dh, pad=(pt, pl)))
-    return relax.op.astype(relax.op.round(out), "int32")
 
 
 def make_matmul_int8_legalize(target: Any, fallback: Legalize) -> Legalize:

@@ -126,13 +126,16 @@ def transform_weights(w: np.ndarray, tile: Tile = F2) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Gemm:
-    """How the alpha^2 GEMMs run: ``store`` turns a transformed input value (fp32) into V's element, ``pack``
-    lays out U ``[E, C, K]`` as the constant ``compute(V, packed)`` multiplies into M ``[E, T, K]`` (fp32).
-    Made by a :data:`GemmFactory`: :func:`fp32_gemm` here, the ``vdpbf16ps`` one in :mod:`.bf16`."""
+    """How the alpha^2 GEMMs run: ``store`` turns a transformed input value (fp32, or ``load``'s type) into
+    V's element, ``pack`` lays out U ``[E, C, K]`` as the constant ``compute(V, packed)`` multiplies into M
+    ``[E, T, K]``, ``result`` turns M's element into what the output transform sums (fp32 M: itself).
+    Made by a :data:`GemmFactory`: :func:`fp32_gemm` here, the ``vdpbf16ps`` one in :mod:`.bf16`, the int16
+    ``vpmaddwd`` one in :mod:`.int8`."""
 
     store: Callable[[Any], Any]
     pack: Callable[[np.ndarray], np.ndarray]
     compute: Callable[[Any, Any], Any]
+    result: Callable[[Any], Any] = lambda value: value  # noqa: E731 - a field's default
 
 
 def fp32_gemm(e: int, c: int, k: int, tiles: int, tinfo: IsaInfo) -> Gemm:
@@ -220,7 +223,8 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     def f_output(mm: Any) -> Any:
         # cols[a, j] = sum_b A^T[j, b] M[a * alpha + b]
         cols = te.compute((alpha, m, tiles, k), lambda a, j, t, kk: _select(
-            j, [_combo(tile.at[j_], lambda b_: mm[a * alpha + b_, t, kk]) for j_ in range(m)]), name=COLS)
+            j, [_combo(tile.at[j_], lambda b_: gemm.result(mm[a * alpha + b_, t, kk])) for j_ in range(m)]),
+            name=COLS)
 
         def body(b: Any, y: Any, x: Any, kk: Any) -> Any:
             t = b * (th * tw) + y // m * tw + x // m
