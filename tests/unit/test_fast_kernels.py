@@ -64,6 +64,34 @@ def test_sigmoid_is_vectorized_and_accurate_in_the_tail() -> None:
     assert float((np.abs(run(x) - exact) / exact).max()) < 1e-6
 
 
+def test_rounding_half_to_even_stays_vectorized() -> None:
+    """The class: kernels that round half to even (ONNX Round, relax round: an int8 conv's sums rounded back
+    from fp32 Winograd, int8_winograd).  topi's round is ``tirx.nearbyint``, which TVM 0.27 does not mark
+    vectorizable: VectorizeLoop scalarized the whole loop, and the epilogue fused with it (LLVM then
+    re-vectorized 4 pixels at a time with per-element gathers).  Now an ``llvm.nearbyint`` call
+    (fast_math.legalize_round): the loop stays vectorized, and ties still go to even as onnxruntime rounds."""
+    import tvm
+    import tvm.s_tir
+
+    nodes = [helper.make_node("Round", ["x"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 256])],
+                              [numpy_helper.from_array(np.linspace(0.5, 2, 256, dtype=np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod, run = scheduled_kernels(model, {"x": [64, 256]})
+    kernels = {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    (name,) = [n for n in kernels if "round" in n]
+    lower = tvm.transform.Sequential([tvm.s_tir.transform.LowerInitBlock(), tvm.s_tir.transform.ConvertBlocksToOpaque(),
+                                      tvm.s_tir.transform.LowerOpaqueBlock(), tvm.tirx.transform.VectorizeLoop()])
+    with tvm.target.Target("llvm"):
+        lowered = lower(tvm.IRModule({name: kernels[name]}))
+    assert "float32x" in lowered[name].script(), lowered[name].script()  # was: a scalar loop
+    x = np.random.default_rng(0).uniform(-8, 8, (64, 256)).astype(np.float32)
+    x[0, :8] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, 4.5]  # ties: to even
+    np.testing.assert_array_equal(run(x), ort_run(model, {"x": x})[0])
+
+
 @pytest.mark.parametrize("classes,padded", [(6625, True), (1000, True), (100, True), (50, False), (128, False)])
 def test_softmax_rows_of_any_length_are_whole_vectors(classes, padded) -> None:
     """A softmax row of 6625 classes (PP-OCRv4 rec's CTC head) was reduced one scalar at a time (6625 is not

@@ -101,3 +101,22 @@ def legalize_map() -> dict[str, Callable[[Any, Any], Any]]:
         "relax.nn.softmax": _softmax,
         "relax.nn.log_softmax": _softmax,
     }
+
+
+def legalize_round(bb: Any, call: Any) -> Any:
+    """``relax.round`` of floats: half to even, as topi's, but as the LLVM intrinsic call itself.  topi's round
+    is ``tirx.nearbyint``, which TVM 0.27 does not mark ``TVectorizable`` (``tirx.round`` and ``tirx.floor``
+    are), so VectorizeLoop scalarized every loop that rounds, and the kernel it fused into with it: the output
+    transform of an int8 conv on fp32 Winograd (:mod:`.int8_winograd`) ran its epilogue one element at a time.
+    Not by marking the op vectorizable: that attribute is process-wide, and the CUDA codegen lowers the op to a
+    scalar libdevice call."""
+    x = call.args[0]
+    dtype = str(x.ty.dtype)
+    if dtype not in ("float32", "float64"):
+        return _default(bb, call)
+
+    def f(t: Any) -> Any:
+        return te.compute(t.shape, lambda *i: tvm.tirx.call_llvm_pure_intrin(dtype, "llvm.nearbyint", t(*i)),
+                          name="round")
+    return bb.call_te(f, x, primfunc_name_hint="round")
+

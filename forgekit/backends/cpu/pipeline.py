@@ -158,11 +158,13 @@ def legalize_map(target: Any, build: CpuLowering) -> dict[str, Any]:
     from ...targets.isa import isa_info
     from .bf16 import make_conv2d_bf16_legalize, make_matmul_bf16_legalize
     from .fast_math import legalize_map as fast_math_map
+    from .fast_math import legalize_round
     from .int8 import make_conv2d_int8_legalize, make_matmul_int8_legalize
     from .packed_conv import make_conv2d_legalize, make_matmul_legalize
     from .views import legalize_reshape
 
-    m: dict[str, Any] = {"relax.reshape": legalize_reshape}  # symbolic reshapes stay views (views.py)
+    # symbolic reshapes stay views (views.py); round as a vectorizable intrinsic call (fast_math.legalize_round)
+    m: dict[str, Any] = {"relax.reshape": legalize_reshape, "relax.round": legalize_round}
     if build.fast_math:
         m.update(fast_math_map())
     if build.pack_weights:
