@@ -147,22 +147,34 @@ import numpy as np
 from forgekit.runtime import Engine
 engine = Engine(sys.argv[1])
 x = np.random.default_rng(0).standard_normal(engine.input_shapes[0]).astype(np.float32)
+me = os.getpid()
+
+def ticks():  # CPU time (utime + stime, clock ticks) of every thread but the main one
+    out = {}
+    for p in glob.glob(f"/proc/{me}/task/*/stat"):
+        if not p.startswith(f"/proc/{me}/task/{me}/"):
+            fields = open(p).read().rsplit(")", 1)[1].split()
+            out[p] = int(fields[11]) + int(fields[12])
+    return out
+
 for _ in range(3):
     engine.infer(x)
-me = os.getpid()
-running = []
-for _ in range(10):  # a spinning worker preempted by other load stays "R" until it runs again: sample a while
-    time.sleep(0.03)
-    states = [open(p).read().rsplit(")", 1)[1].split()[0] for p in glob.glob(f"/proc/{me}/task/*/stat")
-              if not p.startswith(f"/proc/{me}/task/{me}/")]
-    running.append(sum(s == "R" for s in states))
-print(os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"), running[0], min(running))
+time.sleep(0.05)
+before = ticks()
+time.sleep(0.3)
+after = ticks()
+print(os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"), len(after), max(after[p] - before.get(p, 0) for p in after))
 '''
 
 
 def test_worker_threads_sleep_soon_after_an_inference(tmp_path) -> None:
     """TVM's default 300000-spin wait kept a worker running for 50-200 ms after every inference (onnxruntime
-    run next took 15 ms instead of 5); the runtime's default (loader.SPIN_COUNT) lets it sleep within ms."""
+    run next took 15 ms instead of 5); the runtime's default (loader.SPIN_COUNT) lets it sleep within ms.
+    Measured as the workers' CPU time over 300 ms from 50 ms after the last inference: a sleeping worker
+    gains none, a spinning one its share of a core, however loaded the machine (the thread states sampled
+    before saw a preempted worker runnable for 300 ms under CI's other worker: 1 failure in 3 runs on a Zen 3).
+    This Zen 3, quiet: ours 0 ticks, TVM_THREAD_POOL_SPIN_COUNT=3000000 30, 300000 15-19; under two busy
+    processes ours 0 in 6 of 6, 3000000 0 or 10 (so TVM's own spin is not a check here: load hides it)."""
     import forgekit as forge
     from test_weights import _cnn
 
@@ -171,12 +183,8 @@ def test_worker_threads_sleep_soon_after_an_inference(tmp_path) -> None:
     env["TVM_NUM_THREADS"] = "2"
     ours = subprocess.run([sys.executable, "-c", _SPIN_PROBE, str(art)], env=env, capture_output=True, text=True,
                           check=True).stdout.split()
-    # within 300 ms (at 30 ms when the cores are free; CI's other worker once kept it runnable past that)
-    assert ours[0] == "10000" and ours[2] == "0", ours
-    theirs = subprocess.run([sys.executable, "-c", _SPIN_PROBE, str(art)],
-                            env={**env, "TVM_THREAD_POOL_SPIN_COUNT": "3000000"}, capture_output=True, text=True,
-                            check=True).stdout.split()
-    assert theirs[0] == "3000000" and int(theirs[1]) >= 1, theirs  # the probe sees a spinning worker
+    # a worker thread, and at most 2 ticks: one worker finishing a preempted spin
+    assert ours[0] == "10000" and int(ours[1]) >= 1 and int(ours[2]) <= 2, ours
 
 
 _THREADS_PROBE = r'''
