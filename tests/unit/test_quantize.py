@@ -430,7 +430,7 @@ def test_int8_kernels_use_vpmaddwd_without_vnni_and_are_exact(mcpu, kind, x_dtyp
 @pytest.mark.parametrize(("mcpu", "side", "channels", "dilation", "route"), [
     ("haswell", 16, 32, 1, "fp32-f4"), ("x86-64-v3", 16, 32, 1, "fp32-f4"), ("x86-64-v2", 16, 32, 1, "fp32-f4"),
     ("raspberry-pi/4", 16, 32, 1, "fp32-f4"), ("haswell", 12, 32, 1, "int16-f2"), ("haswell", 16, 96, 1, "int16-f2"),
-    ("haswell", 12, 32, 2, "int16-f2"), ("znver4", 16, 32, 1, "direct")])
+    ("haswell", 12, 32, 2, "int16-f2"), ("x86-64-v4", 12, 32, 1, "int16-f2"), ("znver4", 16, 32, 1, "direct")])
 @pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
 def test_int8_3x3_convs_take_winograd_without_a_4_byte_dot_product(mcpu, side, channels, dilation, route,
                                                                    x_dtype) -> None:
@@ -468,7 +468,8 @@ def test_int8_3x3_convs_take_winograd_without_a_4_byte_dot_product(mcpu, side, c
     rules = set(schedules.STATS.values())
     assert ("winograd" in rules) == (route != "direct"), rules
     assert ("gemm_int8_avx2" in rules) == (route == "int16-f2"), rules  # the integer GEMM / no direct kernel
-    needs = {"avx512f", "avx512vnni", "avx512bw"} if mcpu == "znver4" else {"avx2", "fma"}
+    needs = {"znver4": {"avx512f", "avx512vnni", "avx512bw"}, "x86-64-v4": {"avx512f", "avx512bw"}}.get(
+        mcpu, {"avx2", "fma"})
     if "/" in mcpu or not needs <= host_features():
         pytest.skip("this CPU cannot run the kernel: checked the schedule only")
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy().astype(np.int64)

@@ -119,4 +119,3 @@ def legalize_round(bb: Any, call: Any) -> Any:
         return te.compute(t.shape, lambda *i: tvm.tirx.call_llvm_pure_intrin(dtype, "llvm.nearbyint", t(*i)),
                           name="round")
     return bb.call_te(f, x, primfunc_name_hint="round")
-

@@ -130,7 +130,7 @@ class Gemm:
     V's element, ``pack`` lays out U ``[E, C, K]`` as the constant ``compute(V, packed)`` multiplies into M
     ``[E, T, K]``, ``result`` turns M's element into what the output transform sums (fp32 M: itself).
     Made by a :data:`GemmFactory`: :func:`fp32_gemm` here, the ``vdpbf16ps`` one in :mod:`.bf16`, the int16
-    ``vpmaddwd`` one in :mod:`.int8`."""
+    ``vpmaddwd`` one in :mod:`.int8_winograd`."""
 
     store: Callable[[Any], Any]
     pack: Callable[[np.ndarray], np.ndarray]
