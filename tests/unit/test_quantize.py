@@ -479,6 +479,38 @@ def test_int8_3x3_convs_take_winograd_without_a_4_byte_dot_product(mcpu, side, c
     assert np.abs(out - ref).max() <= tol
 
 
+def test_int8_3x3_convs_on_a_dynamic_batch_take_integer_winograd() -> None:
+    """The dynamic-batch side of the class above (issue 39: int8 on a dynamic batch must not lose to fp32): a
+    symbolic batch over a static image takes the integer F(2x2) too, exact at every batch size."""
+    import tvm
+    from tvm import relax, tirx
+
+    from forgekit.backends import cpu as schedules
+    from forgekit.runtime.cpu import host_features
+
+    rng = np.random.default_rng(2)
+    w = rng.integers(-128, 128, (64, 64, 3, 3)).astype(np.int8)
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType([tirx.Var("n", "int64"), 64, 12, 12], "uint8"))
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=1, out_dtype="int32"))
+        bb.emit_func_output(y)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    schedules.STATS.clear()
+    ex = tvm.compile(bb.get(), target=target, relax_pipeline=schedules.cpu_pipeline(target))
+    assert {"winograd", "gemm_int8_avx2"} <= set(schedules.STATS.values()), schedules.STATS  # was: direct only
+    if not {"avx2", "fma"} <= host_features():
+        pytest.skip("this CPU cannot run the kernel: checked the schedule only")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for batch in (1, 3):
+        x = rng.integers(0, 256, (batch, 64, 12, 12)).astype(np.uint8)
+        xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        ref = np.stack([np.stack([np.einsum("ocij,bcij->bo", w.astype(np.int64), xp[:, :, i:i + 3, j:j + 3])
+                                  for j in range(12)], -1) for i in range(12)], -2)
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), ref)
+
+
 @pytest.mark.parametrize(("tag", "rule"), [("raspberry-pi/5", "gemm_int8_sdot"), ("raspberry-pi/4", None)])
 @pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
 def test_int8_kernels_use_sdot_on_armv82(tag, rule, x_dtype) -> None:
