@@ -244,19 +244,7 @@ def winograd_gemm(e: int, c: int, k: int, tiles: int) -> winograd.Gemm:
     """The ``e`` Winograd GEMMs (:mod:`.winograd`, a ``GemmFactory``) in bf16: V rounded as the input transform
     writes it, U rounded once from its fp32 transform and packed ``[E, K/16, C/2, 16, 2]`` like the conv
     weights here."""
-    def pack(u: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(
-            round_bf16(u).reshape(e, c // RED, RED, k // LANES, LANES).transpose(0, 3, 1, 4, 2))
-
-    def compute(v: Any, up: Any) -> Any:
-        r = te.reduce_axis((0, c // RED), "rk")
-        ri = te.reduce_axis((0, RED), "ri")
-        return te.compute(
-            (e, tiles, k),
-            lambda ee, t, kk: te.sum(from_bf16(v[ee, t, r * RED + ri])
-                                     * from_bf16(up[ee, kk // LANES, r, kk % LANES, ri]), axis=[r, ri]),
-            name="matmul_bf16")
-    return winograd.Gemm(to_bf16, pack, compute)
+    return winograd.pair_gemm(e, c, k, tiles, RED, LANES, round_bf16, from_bf16, "matmul_bf16", store=to_bf16)
 
 
 def make_matmul_bf16_legalize(target: Any, fallback: Legalize) -> Legalize:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tvm import relax, te, tirx
+from tvm import relax, tirx
 
 from . import winograd
 from .packed_conv import _const_value, _int_or_expr, conv_geometry
@@ -79,17 +79,8 @@ def int16_gemm(e: int, c: int, k: int, tiles: int, kernel: Any) -> winograd.Gemm
     ``[E, K/L, C/2, L, 2]`` like the direct kernel's weights (the block is ``matmul_int8``: the int8 rule
     tensorizes it), M int32, divided by 4 as the output transform reads it in fp32 (exact below 2^24, above it
     rounded to 6e-8 of its size)."""
-    lanes, red = kernel.lanes, kernel.red
+    def elements(u: np.ndarray) -> np.ndarray:
+        return np.rint(u.astype(np.float64) * 4).astype(np.int16)  # multiples of 1/4, at most 9 * 128: exact
 
-    def pack(u: np.ndarray) -> np.ndarray:
-        u4 = np.rint(u.astype(np.float64) * 4).astype(np.int16)  # multiples of 1/4, at most 9 * 128: exact
-        return np.ascontiguousarray(u4.reshape(e, c // red, red, k // lanes, lanes).transpose(0, 3, 1, 4, 2))
-
-    def compute(v: Any, up: Any) -> Any:
-        r = te.reduce_axis((0, c // red), "rk")
-        ri = te.reduce_axis((0, red), "ri")
-        return te.compute((e, tiles, k), lambda ee, t, kk: te.sum(
-            v[ee, t, r * red + ri].astype("int32") * up[ee, kk // lanes, r, kk % lanes, ri].astype("int32"),
-            axis=[r, ri]), name="matmul_int8")
-    return winograd.Gemm(lambda value: value, pack, compute,
-                         lambda value: value.astype("float32") * tirx.const(0.25, "float32"))
+    return winograd.pair_gemm(e, c, k, tiles, kernel.red, kernel.lanes, elements, lambda v: v.astype("int32"),
+                              "matmul_int8", result=lambda m: m.astype("float32") * tirx.const(0.25, "float32"))

@@ -153,6 +153,25 @@ def fp32_gemm(e: int, c: int, k: int, tiles: int, tinfo: IsaInfo) -> Gemm:
     return Gemm(lambda value: value, pack, compute)
 
 
+def pair_gemm(e: int, c: int, k: int, tiles: int, red: int, lanes: int, elements: Callable[[np.ndarray], np.ndarray],
+              operand: Callable[[Any], Any], name: str, store: Callable[[Any], Any] = lambda value: value,
+              result: Callable[[Any], Any] = lambda value: value) -> Gemm:
+    """The GEMMs on an instruction that sums ``red`` adjacent products into each of ``lanes`` lanes (bf16
+    ``vdpbf16ps`` in :mod:`.bf16`, int16 ``vpmaddwd`` in :mod:`.int8_winograd`): U as ``elements(u)`` packed
+    ``[E, K/lanes, C/red, lanes, red]`` like the direct convs' weights, each product ``operand(V) *
+    operand(U)`` in a block called ``name`` (the one the instruction's dot-tile rule tensorizes)."""
+    def pack(u: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(elements(u).reshape(e, c // red, red, k // lanes, lanes).transpose(0, 3, 1, 4, 2))
+
+    def compute(v: Any, up: Any) -> Any:
+        r = te.reduce_axis((0, c // red), "rk")
+        ri = te.reduce_axis((0, red), "ri")
+        return te.compute((e, tiles, k), lambda ee, t, kk: te.sum(
+            operand(v[ee, t, r * red + ri]) * operand(up[ee, kk // lanes, r, kk % lanes, ri]), axis=[r, ri]),
+            name=name)
+    return Gemm(store, pack, compute, result)
+
+
 #: (GEMMs E, input channels C, output channels K, tiles T) -> the :class:`Gemm` to run
 GemmFactory = Callable[[int, int, int, int], Gemm]
 
