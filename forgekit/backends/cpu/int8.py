@@ -19,7 +19,8 @@ To use them the legalizations below
   innermost, which :class:`rules.gemm_int8.GemmInt8Rule` tensorizes into the instruction.
 
 Without a dot-product instruction (and for grouped convolutions) the stock integer legalization runs:
-exact, not faster.
+exact, not faster.  Where the instruction multiplies 2 bytes per lane (AVX2's ``vpmaddwd``) or there is none,
+3x3 stride-1 convolutions run Winograd instead (:mod:`.int8_winograd`).
 """
 
 from __future__ import annotations
