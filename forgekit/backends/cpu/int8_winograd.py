@@ -58,7 +58,7 @@ def emit_conv(bb: Any, call: Any, tinfo: IsaInfo, kernel: Any) -> Any | None:
     shapes = ((n, h, wd, ic), (n, oh, ow, oc))
     # a symbolic batch takes the integer GEMM too (exact; 64 -> 64 channels at 12x12 on a Zen 3: 0.054 against
     # the direct kernel's 0.085 ms); a symbolic image the fp32 F(4x4) (:func:`winograd.choose` counts its sides
-    # as large; the integer GEMM was 0.8-1.5x its time there)
+    # as large; the integer GEMM took 0.65-1.3x its time there)
     int16 = (kernel is not None and kernel.data_dtype == "int16" and ic % kernel.red == 0
              and ic <= INT16_MAX_CHANNELS and isinstance(h, int) and isinstance(wd, int))
     if winograd.choose(shapes[1], ic) is winograd.F4 and (not int16 or 36 * ic * oc * 4 <= F4_MAX_WEIGHT_BYTES):
