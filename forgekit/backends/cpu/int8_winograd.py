@@ -61,7 +61,8 @@ def emit_conv(bb: Any, call: Any, tinfo: IsaInfo, kernel: Any) -> Any | None:
     # as large; the integer GEMM took 0.65-1.3x its time there)
     int16 = (kernel is not None and kernel.data_dtype == "int16" and ic % kernel.red == 0
              and ic <= INT16_MAX_CHANNELS and isinstance(h, int) and isinstance(wd, int))
-    if winograd.choose(shapes[1], ic) is winograd.F4 and (not int16 or 36 * ic * oc * 4 <= F4_MAX_WEIGHT_BYTES):
+    f4_u_bytes = winograd.F4.alpha ** 2 * ic * oc * 4  # as winograd.choose sizes it
+    if winograd.choose(shapes[1], ic) is winograd.F4 and (not int16 or f4_u_bytes <= F4_MAX_WEIGHT_BYTES):
         out = winograd.emit(bb, data, w, *shapes, tinfo, winograd.F4, load=lambda v: v.astype("float32"),
                             dilation=dh, pad=(pt, pl))
     elif int16:
