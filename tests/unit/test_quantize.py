@@ -427,6 +427,15 @@ def test_int8_kernels_use_vpmaddwd_without_vnni_and_are_exact(mcpu, kind, x_dtyp
     np.testing.assert_array_equal(out, ref)
 
 
+def _conv3x3_ref(x: np.ndarray, w: np.ndarray, dilation: int = 1) -> np.ndarray:
+    """int64 reference of a 3x3 stride-1 conv (NCHW data, OIHW weights) padded to the input's size: ``dilation``
+    rows above and below (the height dilated), one column each side."""
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (dilation, dilation), (1, 1)))
+    return np.stack([np.stack([np.einsum("ocij,bcij->bo", w.astype(np.int64),
+                                         xp[:, :, i:i + 2 * dilation + 1:dilation, j:j + 3])
+                               for j in range(x.shape[3])], -1) for i in range(x.shape[2])], -2)
+
+
 @pytest.mark.parametrize(("mcpu", "side", "channels", "dilation", "route"), [
     ("haswell", 16, 32, 1, "fp32-f4"), ("x86-64-v3", 16, 32, 1, "fp32-f4"), ("x86-64-v2", 16, 32, 1, "fp32-f4"),
     ("raspberry-pi/4", 16, 32, 1, "fp32-f4"), ("haswell", 12, 32, 1, "int16-f2"), ("haswell", 16, 96, 1, "int16-f2"),
@@ -459,9 +468,7 @@ def test_int8_3x3_convs_take_winograd_without_a_4_byte_dot_product(mcpu, side, c
             y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=(dilation, 1),
                                                   dilation=(dilation, 1), out_dtype="int32"))
         bb.emit_func_output(y)
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (dilation, dilation), (1, 1)))
-    ref = np.stack([np.stack([np.tensordot(w.astype(np.int64), xp[0, :, i:i + 2 * dilation + 1:dilation, j:j + 3], 3)
-                              for j in range(side)], -1) for i in range(side)], -2)[None]
+    ref = _conv3x3_ref(x, w, dilation)
     target = parse_target(mcpu).tvm_target() if "/" in mcpu else tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
     schedules.STATS.clear()
     ex = tvm.compile(bb.get(), target=target, relax_pipeline=schedules.cpu_pipeline(target))
@@ -505,10 +512,7 @@ def test_int8_3x3_convs_on_a_dynamic_batch_take_integer_winograd() -> None:
     vm = relax.VirtualMachine(ex, tvm.cpu())
     for batch in (1, 3):
         x = rng.integers(0, 256, (batch, 64, 12, 12)).astype(np.uint8)
-        xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-        ref = np.stack([np.stack([np.einsum("ocij,bcij->bo", w.astype(np.int64), xp[:, :, i:i + 3, j:j + 3])
-                                  for j in range(12)], -1) for i in range(12)], -2)
-        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), ref)
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), _conv3x3_ref(x, w))
 
 
 @pytest.mark.parametrize(("tag", "rule"), [("raspberry-pi/5", "gemm_int8_sdot"), ("raspberry-pi/4", None)])
