@@ -12,7 +12,8 @@ default included).
 
 TVM has no hook for a pass before ``LowerTVMBuiltin`` other than a named TIR pipeline (``tirx.build`` takes
 a name, and the ``tirx.add_lower_pass`` option is no longer read): :func:`tir_pipeline` registers
-``forgekit_cpu``, TVM's default ``s_tir`` pipeline with this pass first among the host finalization passes.
+``forgekit_cpu``, TVM's default ``s_tir`` pipeline with this pass first among the host finalization passes,
+and :func:`keep_partition_hints` before the whole of it.
 """
 
 from __future__ import annotations
@@ -55,12 +56,63 @@ def keep_tiles_on_stack() -> Any:
     return tirx.transform.prim_func_pass(run, opt_level=0, name="forgekit.KeepTilesOnStack")
 
 
+#: the loop annotation that asks TVM's LoopPartition pass to split a loop where its conditions change
+PARTITION_HINT = "pragma_loop_partition_hint"
+INT32_ELEMENTS = 2**31
+
+
+def keep_partition_hints() -> Any:
+    """The PrimFunc pass: index a kernel that has a :data:`PARTITION_HINT` loop in int32 while it is still in
+    blocks, so that the hint reaches ``LoopPartition``.
+
+    The s_tir pipeline runs ``NarrowDataType(32)`` before ``LoopPartition``; it gives a narrowed int64 loop a
+    new variable but leaves the hint's ``AttrStmt`` on the old one, so the hint of every Relax kernel (int64
+    indices) was lost and its loop never split (:mod:`.rules.column_reduction`: the ragged-chunk softmax stayed
+    scalar).  ``ForceNarrowIndexToInt32`` on the block form keeps the annotation on the loop.  Only kernels with
+    static buffers under 2^31 elements: a symbolic size keeps int64 here, and ``NarrowDataType`` cannot narrow
+    it either, so its hint is not renamed away.
+    """
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+
+    def hinted(func: Any) -> bool:
+        found = []
+
+        def visit(node: Any) -> Any:
+            if PARTITION_HINT in node.annotations:
+                found.append(node)
+            return node
+
+        tvm_ffi.structural_map(func.body, [(tirx.For, visit)], order="post")
+        return bool(found)
+
+    def small_static(func: Any) -> bool:
+        for buf in func.params:  # TVM 0.27: the tensors themselves (a scalar parameter has no shape)
+            if not hasattr(buf, "shape"):
+                return False
+            nbytes = constant_bytes(buf)
+            if nbytes is None or nbytes * 8 // (buf.dtype.bits * buf.dtype.lanes) >= INT32_ELEMENTS:
+                return False
+        return True
+
+    narrow = tirx.transform.ForceNarrowIndexToInt32()
+
+    def run(func: Any, _mod: Any, _ctx: Any) -> Any:
+        if not small_static(func) or not hinted(func):
+            return func
+        return narrow(tvm.IRModule({"main": func}))["main"]
+
+    return tirx.transform.prim_func_pass(run, opt_level=0, name="forgekit.KeepPartitionHints")
+
+
 def _factory(**kwargs: Any) -> Any:
     import tvm
     from tvm.tirx import compilation_pipeline
 
     pipeline, host, device = compilation_pipeline.PIPELINE_MAP["s_tir"](**kwargs)
-    return pipeline, (lambda: tvm.ir.transform.Sequential([keep_tiles_on_stack(), host()])), device
+    return (tvm.ir.transform.Sequential([keep_partition_hints(), pipeline]),
+            (lambda: tvm.ir.transform.Sequential([keep_tiles_on_stack(), host()])), device)
 
 
 def tir_pipeline() -> str:
