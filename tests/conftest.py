@@ -124,6 +124,23 @@ def scheduled_kernels(model: Any, shape_dict: dict, opt_level: int = 3) -> tuple
     return captured["mod"], run
 
 
+def vectorized_tir(func: Any) -> str:
+    """A scheduled kernel through TVM's s_tir pipeline up to VectorizeLoop, in its order, with the pass forgekit's
+    CPU pipeline puts first (:func:`forgekit.backends.cpu.stack_tiles.keep_partition_hints`): what tests read
+    to see whether a loop stayed vectorized (``T.Ramp``) or was scalarized."""
+    import tvm
+    import tvm.s_tir
+
+    from forgekit.backends.cpu.stack_tiles import keep_partition_hints
+
+    s_tir, tirx = tvm.s_tir.transform, tvm.tirx.transform
+    lower = tvm.transform.Sequential([
+        keep_partition_hints(), s_tir.LowerInitBlock(), s_tir.ConvertBlocksToOpaque(), s_tir.LowerOpaqueBlock(),
+        tirx.FlattenBuffer(), tirx.NarrowDataType(32), s_tir.LoopPartition(), tirx.VectorizeLoop()])
+    with tvm.target.Target("llvm"):
+        return lower(tvm.IRModule({"main": func}))["main"].script()
+
+
 def host_dot_kernel():
     """This host's int8 dot-product kernel (:class:`forgekit.backends.cpu.int8.DotKernel`: VNNI, sdot, or
     vpmaddwd on AVX2), None where it has none."""

@@ -164,21 +164,12 @@ def test_a_ragged_last_chunk_leaves_the_full_chunks_vectorized(dims) -> None:
     all, in every chunk: the DFL softmax [1, 16, 4, 2100] took 0.26-0.35 ms against 0.06 at 2112 anchors, and
     [1, 64, 8400] over axis 1 1.7 ms (onnxruntime 1.0).  Now the cut chunk is split off by TVM's LoopPartition
     (the rule's hint, kept through NarrowDataType by stack_tiles.keep_partition_hints): 0.074 and 0.24 ms."""
-    import tvm
-    import tvm.s_tir
-
-    from conftest import scheduled_kernels
-    from forgekit.backends.cpu.stack_tiles import keep_partition_hints
+    from conftest import scheduled_kernels, vectorized_tir
 
     model = _softmax(dims, 1)
     mod, run = scheduled_kernels(model, {"x": dims})
     (func,) = [f for gv, f in mod.functions.items() if gv.name_hint == "softmax"]
-    s_tir, tirx = tvm.s_tir.transform, tvm.tirx.transform  # the s_tir pipeline's order, up to VectorizeLoop
-    lower = tvm.transform.Sequential([
-        keep_partition_hints(), s_tir.LowerInitBlock(), s_tir.ConvertBlocksToOpaque(), s_tir.LowerOpaqueBlock(),
-        tirx.FlattenBuffer(), tirx.NarrowDataType(32), s_tir.LoopPartition(), tirx.VectorizeLoop()])
-    with tvm.target.Target("llvm"):
-        lowered = lower(tvm.IRModule({"softmax": func}))["softmax"].script()
+    lowered = vectorized_tir(func)
     assert "float32x" in lowered, lowered  # was: every loop scalar
     shape = [2 if d == "N" else 2100 if d == "A" else d for d in dims]
     x = (np.random.default_rng(5).standard_normal(shape) * 4).astype(np.float32)
