@@ -91,3 +91,35 @@ def test_a_dynamic_batch_is_not_the_only_parallel_loop() -> None:
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 8, 40, 40)).astype(np.float32)
         assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
+
+
+def _slice_batch():
+    """The last item of a dynamic batch: a static [1, 2, 27] out of an [N, 2, 27] input."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for v, n in (([-1], "s"), ([np.iinfo(np.int64).max], "e"), ([0], "a"))]
+    return _model([helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 27])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+
+def _cast_int():
+    return _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 71])],
+                  [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [])
+
+
+@pytest.mark.parametrize("level", [3, 4])
+@pytest.mark.parametrize("case", ["slice of a dynamic batch", "cast to int32"])
+def test_kernels_the_partition_hint_must_not_reach_still_compile(case, level) -> None:
+    """Found by the differential fuzzer (seeds 1076, 1018, 1113): a ragged kernel whose buffers are symbolic or
+    integers is not indexed in int32 by stack_tiles.keep_partition_hints, so a hinted static loop in it made
+    LoopPartition mix int32 and int64 ("mismatched types"), and TVM refused to narrow the float -> int32 cast
+    ("op->value <= max_value").  Such kernels take no hint (stack_tiles.hint_partition, narrowable)."""
+    import forgekit as forge
+
+    model, shape = (_slice_batch(), [3, 2, 27]) if case.startswith("slice") else (_cast_int(), [3, 71])
+    run = forge.from_onnx(model).get_inference_function("host", opt_level=level)
+    x = (np.random.default_rng(level).standard_normal(shape) * 100).astype(np.float32)
+    got, want = np.asarray(run(x)), ort_run(model, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -106,3 +106,33 @@ def test_tiles_under_2_kb_stay_on_the_stack() -> None:
         out = tvm.runtime.tensor(np.zeros(384, np.float32))
         built["scratch"](tvm.runtime.tensor(x), out)
         np.testing.assert_array_equal(out.numpy(), x[::-1] * 2 + 1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_partition_hints_are_narrowed_or_dropped(dtype: str) -> None:
+    """keep_partition_hints: a float kernel of static shape is indexed in int32 with its hint kept on the loop
+    (NarrowDataType would otherwise rename the loop away from it); any other kernel keeps int64 and loses the
+    hints of its static loops, which LoopPartition would then split in mixed int32/int64."""
+    import tvm
+    import tvm_ffi
+    from tvm import te, tirx
+    from tvm.s_tir import Schedule
+
+    from forgekit.backends.cpu.stack_tiles import PARTITION_HINT, keep_partition_hints
+
+    n = tirx.IntImm("int64", 100)
+    x = te.placeholder((n,), dtype, name="x")
+    y = te.compute((n,), lambda i: x[i] + tirx.const(1, dtype), name="y")
+    sch = Schedule(te.create_prim_func([x, y]))
+    outer, _ = sch.split(sch.get_loops(sch.get_sblock("y"))[0], [None, 8])
+    sch.annotate(outer, PARTITION_HINT, 1)  # as a rule would, without hint_partition's check
+    func = keep_partition_hints()(sch.mod)["main"]
+    loops = []
+    tvm_ffi.structural_map(func.body, [(tirx.For, lambda node: loops.append(node) or node)], order="post")
+    hinted = [lp for lp in loops if PARTITION_HINT in lp.annotations]
+    if dtype == "float32":
+        assert hinted and str(hinted[0].loop_var.ty) == "int32"
+    else:
+        assert not hinted and all(str(lp.loop_var.ty) == "int64" for lp in loops)
+    with tvm.target.Target("llvm"):
+        tvm.compile(tvm.IRModule({"main": func}), target="llvm")  # and it builds

@@ -61,6 +61,30 @@ PARTITION_HINT = "pragma_loop_partition_hint"
 INT32_ELEMENTS = 2**31
 
 
+def narrowable(func: Any) -> bool:
+    """Whether :func:`keep_partition_hints` indexes ``func`` in int32: float tensors only (the pass narrows integer
+    buffers too), all of static shape under 2^31 elements."""
+    for buf in func.params:  # TVM 0.27: the tensors themselves (a scalar parameter has no shape)
+        if not hasattr(buf, "shape") or not str(buf.dtype).startswith(("float", "bfloat")):
+            return False
+        nbytes = constant_bytes(buf)
+        if nbytes is None or nbytes * 8 // (buf.dtype.bits * buf.dtype.lanes) >= INT32_ELEMENTS:
+            return False
+    return True
+
+
+def hint_partition(sch: Any, loop: Any) -> None:
+    """Ask LoopPartition to split ``loop`` (a schedule's LoopRV) where its conditions change, where the hint
+    survives the pipeline: in a kernel :func:`keep_partition_hints` narrows, or on a loop of symbolic extent
+    (``NarrowDataType`` leaves those in int64).  A static loop in a kernel of symbolic or integer buffers gets
+    none: ``NarrowDataType`` narrows it alone and LoopPartition then mixes int32 and int64 ("mismatched types",
+    a fuzzer's Slice over a dynamic batch)."""
+    from tvm import tirx
+
+    if narrowable(sch.mod["main"]) or not isinstance(sch.get(loop).extent, tirx.IntImm):
+        sch.annotate(loop, PARTITION_HINT, 1)
+
+
 def keep_partition_hints() -> Any:
     """The PrimFunc pass: index a kernel that has a :data:`PARTITION_HINT` loop in int32 while it is still in
     blocks, so that the hint reaches ``LoopPartition``.
@@ -68,9 +92,10 @@ def keep_partition_hints() -> Any:
     The s_tir pipeline runs ``NarrowDataType(32)`` before ``LoopPartition``; it gives a narrowed int64 loop a
     new variable but leaves the hint's ``AttrStmt`` on the old one, so the hint of every Relax kernel (int64
     indices) was lost and its loop never split (:mod:`.rules.column_reduction`: the ragged-chunk softmax stayed
-    scalar).  ``ForceNarrowIndexToInt32`` on the block form keeps the annotation on the loop.  Only kernels with
-    static buffers under 2^31 elements: a symbolic size keeps int64 here, and ``NarrowDataType`` cannot narrow
-    it either, so its hint is not renamed away.
+    scalar).  ``ForceNarrowIndexToInt32`` on the block form keeps the annotation on the loop.  Only kernels
+    :func:`narrowable` (:func:`hint_partition` hints no other static loop): a symbolic size keeps int64 here,
+    and ``NarrowDataType`` cannot narrow it either, so its hint is not renamed away.  Should TVM refuse to
+    narrow one, its static loops lose their hints (the kernel is then scheduled as without them).
     """
     import tvm
     import tvm_ffi
@@ -87,21 +112,24 @@ def keep_partition_hints() -> Any:
         tvm_ffi.structural_map(func.body, [(tirx.For, visit)], order="post")
         return bool(found)
 
-    def small_static(func: Any) -> bool:
-        for buf in func.params:  # TVM 0.27: the tensors themselves (a scalar parameter has no shape)
-            if not hasattr(buf, "shape"):
-                return False
-            nbytes = constant_bytes(buf)
-            if nbytes is None or nbytes * 8 // (buf.dtype.bits * buf.dtype.lanes) >= INT32_ELEMENTS:
-                return False
-        return True
+    def unhint_static(node: Any) -> Any:
+        if PARTITION_HINT not in node.annotations or not isinstance(node.extent, tirx.IntImm):
+            return node
+        rest = {k: v for k, v in node.annotations.items() if k != PARTITION_HINT}
+        return tirx.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, rest,
+                        node.step, node.span)
 
     narrow = tirx.transform.ForceNarrowIndexToInt32()
 
     def run(func: Any, _mod: Any, _ctx: Any) -> Any:
-        if not small_static(func) or not hinted(func):
+        if not hinted(func):
             return func
-        return narrow(tvm.IRModule({"main": func}))["main"]
+        if narrowable(func):
+            try:
+                return narrow(tvm.IRModule({"main": func}))["main"]
+            except Exception:  # noqa: BLE001 - TVM's check of a constant beyond int32: keep int64, unhinted
+                pass
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, unhint_static)], order="post"))
 
     return tirx.transform.prim_func_pass(run, opt_level=0, name="forgekit.KeepPartitionHints")
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..stack_tiles import PARTITION_HINT
+from ..stack_tiles import hint_partition
 from .base import ScheduleRule
 from .common import blocks_of, ext, is_reduction, iter_kinds, try_inline
 
@@ -118,7 +118,7 @@ class ColumnReductionRule(ScheduleRule):
         if ext(sch, par) is None or ext(sch, par) > 1:
             sch.parallel(par)
         if ragged:
-            sch.annotate(par, PARTITION_HINT, 1)
+            hint_partition(sch, par)
         for b in reversed(blocks[:-1]):
             sch.compute_at(b, at, preserve_unit_loops=True)
         for b in blocks_of(sch):

@@ -9,7 +9,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
-from ..stack_tiles import PARTITION_HINT
+from ..stack_tiles import hint_partition, narrowable
 from ..tiling import STACK_BYTES, acc_scope, best_divisor, divisors, stack_budget  # noqa: F401 - re-exported
 
 
@@ -145,7 +145,7 @@ def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 
         if ext(sch, o) >= min_par:
             sch.parallel(o)
         return
-    if inner_e > lanes and total0 % lanes and not _reads_flat(sch.get(block)):
+    if inner_e > lanes and total0 % lanes and narrowable(sch.mod["main"]) and not _reads_flat(sch.get(block)):
         _ragged_rows(sch, loops, lanes, total0 >= MIN_PARALLEL_ELEMS)
         return
     total = 1
@@ -213,12 +213,12 @@ def _ragged_rows(sch: Schedule, loops: list[LoopRV], lanes: int, parallel: bool)
         rows *= ext(sch, lp)
     if rows > 1:
         outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        sch.annotate(c_o, PARTITION_HINT, 1)
+        hint_partition(sch, c_o)
     else:
         if len(loops) > 1:
             sch.reorder(c_o, *loops[:-1])
         outer = sch.fuse(c_o, *loops[:-1]) if len(loops) > 1 else c_o
-        sch.annotate(outer, PARTITION_HINT, 1)
+        hint_partition(sch, outer)
     if parallel and ext(sch, outer) > 1:
         sch.parallel(outer)
 
