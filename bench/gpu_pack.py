@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -154,10 +155,51 @@ def gflop(model: onnx.ModelProto) -> float:
     return 2 * macs / 1e9
 
 
+#: the "-b<N>" of a file or folder name (models/resnet50-b32.onnx, artifacts/resnet50-fp16-b32-nhwc)
+BATCH = re.compile(r"-b\d+(?=[-.]|$)")
+
+
+def thin_batch_models(work: Path) -> None:
+    """Each larger batch's ONNX file without the initializers it shares with the batch-1 one (gpu_run.py puts them
+    back, :func:`hydrate`): they are the same weights, and a copy is too far from the other (ResNet-50: 100 MB) for
+    xz's 64 MiB window to find it."""
+    for path in sorted((work / "models").glob("*.onnx")):
+        base = path.with_name(BATCH.sub("-b1", path.name))
+        if base == path or not base.exists():
+            continue
+        model, shared = onnx.load(path), {t.name: t for t in onnx.load(base).graph.initializer}
+        keep = [t for t in model.graph.initializer if shared.get(t.name) != t]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(keep)
+        model.metadata_props.add(key=THIN_KEY, value=base.name)
+        onnx.save(model, path)
+
+
+#: metadata of a thinned model: the file its other initializers are in
+THIN_KEY = "gpu_pack.initializers_from"
+
+
+def hydrate(models: Path) -> None:
+    """Put back what :func:`thin_batch_models` took out (on the GPU machine, after unpacking)."""
+    for path in sorted(models.glob("*.onnx")):
+        model = onnx.load(path)
+        source = next((p.value for p in model.metadata_props if p.key == THIN_KEY), None)
+        if source is None:
+            continue
+        have = {t.name for t in model.graph.initializer}
+        model.graph.initializer.extend(t for t in onnx.load(models / source).graph.initializer if t.name not in have)
+        kept = [p for p in model.metadata_props if p.key != THIN_KEY]
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        onnx.save(model, path)
+
+
 def pack(work: Path, archive: Path) -> int:
-    """tar | xz -9 (a 64 MiB window; artifacts of one model next to each other, their weights repeat), on every
-    core: Python's lzma is single-threaded and took 6 minutes for a 60 MiB pack on 2 cores."""
-    files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
+    """tar | xz -9 (a 64 MiB window) on every core: Python's lzma is single-threaded and took 6 minutes for a 60
+    MiB pack on 2 cores.  The batches of one build are next to each other (resnet50-fp16-b1, then -b32): their
+    weights repeat, and a 51 MB fp16 ResNet-50 library is found again inside the window."""
+    files = sorted((str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()),
+                   key=lambda name: (BATCH.sub("", name), name))
     with open(archive, "wb") as out:
         tar = subprocess.Popen(["tar", "-cf", "-", "-C", str(work), *files], stdout=subprocess.PIPE)
         subprocess.run(["xz", "-9", "-T0"], stdin=tar.stdout, stdout=out, check=True)
@@ -190,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = compile_runs(args.models, args.batches, args.levels, work, args.target, tuple(args.cuda_graphs),
                         tuple(args.big_batch_models), kernels=tuple(args.gpu_kernels), nhwc=tuple(args.nhwc))
     (work / "manifest.json").write_text(json.dumps({"target": args.target, "levels": args.levels, "runs": runs}, indent=1))
+    thin_batch_models(work)
     size = pack(work, args.out / "pack.tar.xz")
     print(f"{args.out / 'pack.tar.xz'}: {size / 2**20:.1f} MiB ({len(runs)} artifacts)")
     if size > CARRY_LIMIT:

@@ -30,6 +30,9 @@ from pathlib import Path
 import numpy as np
 
 WARMUP, BLOCKS, PER_BLOCK = 10, 5, 20
+#: the PyTorch peers, in the order they run: (report field, torch.compile mode; None: eager).  "reduce-overhead"
+#: is torch.compile with CUDA graphs: the peer of forgekit's ``+graphs`` rows
+PEERS = (("eager", None), ("compile", "default"), ("compile_graphs", "reduce-overhead"))
 
 
 def install(wheels: Path, site: Path, newer: Path | None = None) -> None:
@@ -123,14 +126,17 @@ class Report:
         (self.out / "gpu_results.json").write_text(json.dumps({**self.header, "rows": rows}, indent=1))
         lines = [f"# forgekit CUDA artifacts on {self.header.get('gpu')} ({self.header.get('when')})", "",
                  "| model | batch | precision | matches onnxruntime | cosine | max err | forgekit ms | eager ms | "
-                 "torch.compile ms | / eager | / compile |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "torch.compile ms | compile+graphs ms | / eager | / compile | / compile+graphs | TFLOP/s |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            f, e, c = r.get("forgekit_ms"), r.get("eager_ms"), r.get("compile_ms")
+            peers = self.rows.get((r["model"], r["batch"], r["precision"].split("+")[0]), r)
+            f, e = r.get("forgekit_ms"), peers.get("eager_ms")
+            c, g = peers.get("compile_ms"), peers.get("compile_graphs_ms")
             ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"  # noqa: E731
             fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else (str(v) if v is not None else "–")  # noqa: E731
             lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r.get('ok', r.get('error', '–'))} | "
-                         f"{_num(r.get('cosine'), '.6f')} | {_num(r.get('max_err'), '.2e')} | {fmt(f)} | {fmt(e)} | {fmt(c)} | "
-                         f"{ratio(f, e)} | {ratio(f, c)} |")
+                         f"{_num(r.get('cosine'), '.6f')} | {_num(r.get('max_err'), '.2e')} | {fmt(f)} | {fmt(e)} | "
+                         f"{fmt(c)} | {fmt(g)} | {ratio(f, e)} | {ratio(f, c)} | {ratio(f, g)} | {fmt(r.get('tflops'))} |")
         errors = [f"- {r['model']} b{r['batch']} {r['precision']}: {k}: {v}" for r in rows for k, v in r.items()
                   if k.endswith("error")]
         (self.out / "gpu_results.md").write_text("\n".join(lines + [""] + errors) + "\n")
@@ -155,31 +161,37 @@ def folded(onnx_path: Path) -> Path:
     return out
 
 
-def torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, compiled: bool):
-    """A timed call of the ONNX model converted to PyTorch; a torch.compile that fails on the model as exported
-    is tried once more on its shape-folded form (:func:`folded`)."""
+def torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, mode: str | None):
+    """A timed call of the ONNX model converted to PyTorch, eager or ``torch.compile(mode=mode)``; a compile that
+    fails on the model as exported is tried once more on its shape-folded form (:func:`folded`)."""
     try:
-        return _torch_peer(torch, onnx2torch_convert, onnx_path, feeds, precision, compiled)
+        return _torch_peer(torch, onnx2torch_convert, onnx_path, feeds, precision, mode)
     except Exception:  # noqa: BLE001
-        if not compiled:
+        if not mode:
             raise
         torch._dynamo.reset()
-        return _torch_peer(torch, onnx2torch_convert, folded(onnx_path), feeds, precision, compiled)
+        return _torch_peer(torch, onnx2torch_convert, folded(onnx_path), feeds, precision, mode)
 
 
-def _torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, compiled: bool):
+def _torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precision: str, mode: str | None):
     import contextlib
 
     import onnx
     from onnx import numpy_helper
 
     proto = onnx.load(str(onnx_path))
-    # onnx2torch reads weights from initializers only: Paddle exports (PP-OCR) hold them in Constant nodes
-    for node in [n for n in proto.graph.node if n.op_type == "Constant" and n.attribute[0].name == "value"]:
-        proto.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(node.attribute[0].t),
-                                                               node.output[0]))
-        proto.graph.node.remove(node)
-    model = onnx2torch_convert(proto).cuda().eval()
+    try:  # shapes as Python ints (gpu_peers.py): what lets torch.compile take bert_style and PP-OCR det whole
+        from gpu_peers import torch_module
+
+        model = torch_module(torch, onnx2torch_convert, proto, device="cuda").cuda().eval()
+    except Exception as exc:  # noqa: BLE001 - onnx2torch's module as it converts, as before gpu_peers.py
+        print(f"gpu_peers.torch_module failed on {onnx_path.name} ({exc}); plain onnx2torch", flush=True)
+        # onnx2torch reads weights from initializers only: Paddle exports (PP-OCR) hold them in Constant nodes
+        for node in [n for n in proto.graph.node if n.op_type == "Constant" and n.attribute[0].name == "value"]:
+            proto.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(node.attribute[0].t),
+                                                                   node.output[0]))
+            proto.graph.node.remove(node)
+        model = onnx2torch_convert(proto).cuda().eval()
     args = [torch.from_numpy(v).cuda() for v in feeds.values()]
     scope = contextlib.nullcontext
     if precision == "fp16":  # the model in half precision; autocast where its graph mixes in fp32 constants
@@ -191,10 +203,11 @@ def _torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precisi
         except RuntimeError:
             model = model.float()
             scope = lambda: torch.autocast("cuda", dtype=torch.float16)  # noqa: E731
-    if compiled:
-        model = torch.compile(model)
+    if mode:
+        model = torch.compile(model, mode=mode)
     with torch.inference_mode(), scope():
-        model(*args)  # conversion / compilation happens here, untimed
+        for _ in range(3 if mode == "reduce-overhead" else 1):  # its graphs are recorded at the 2nd or 3rd call
+            model(*args)  # conversion / compilation happens here, untimed
     torch.cuda.synchronize()
 
     def call():
@@ -203,6 +216,50 @@ def _torch_peer(torch, onnx2torch_convert, onnx_path: Path, feeds: dict, precisi
         torch.cuda.synchronize()
 
     return call
+
+
+def measure_graphs(eager, run: dict, feeds: dict, reference: list[np.ndarray], report: Report, torch) -> None:
+    """The same artifact through ``Engine(cuda_graphs=True)`` (row ``<precision>+graphs``): the replayed outputs
+    against onnxruntime, a replay on other input values against the engine without graphs (the graph reads its
+    inputs anew), then its time."""
+    from forgekit.runtime import Engine
+
+    key = (run["model"], run["batch"], run["precision"] + "+graphs")
+    try:
+        engine = Engine(eager.path, cuda_graphs=True)
+        for _ in range(3):  # warm-up, capture (+ launch), replay
+            outputs = engine.infer(feeds)
+        graphs = engine.cuda_graphs
+        report.set(key, captured=graphs.captured, declined="; ".join(graphs.declined.values()) or None,
+                   **compare(outputs, reference, run["precision"].split("+")[0]))
+        scaled = {k: (v * 0.5).astype(v.dtype) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+        again = compare(engine.infer(scaled), eager.infer(scaled), "fp32")
+        report.set(key, new_inputs_ok=again["ok"], new_inputs_err=again["max_err"])
+        ms = gpu_ms(torch, engine.prepared_call(feeds))
+        report.set(key, forgekit_ms=ms, **({"tflops": round(run["gflop"] / ms, 2)} if run.get("gflop") else {}))
+    except Exception as exc:  # noqa: BLE001
+        report.set(key, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
+        traceback.print_exc()
+
+
+def compile_order(runs: list[dict]) -> list[dict]:
+    """The order torch.compile peers are made in (here and by gpu_compile_cache.py): the largest batches first,
+    whose compile cells were the ones a deadline left empty."""
+    return sorted(runs, key=lambda r: -r["batch"])
+
+
+def start_cache_warmer(work: Path, models: list[str] | None) -> subprocess.Popen | None:
+    """``gpu_compile_cache.py`` on the upper half of the cores, this process on the lower half (None: too few
+    cores to split, or no affinity control)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) < 8:
+        return None
+    mine, theirs = set(cores[: len(cores) // 2]), set(cores[len(cores) // 2:])
+    warmer = subprocess.Popen([sys.executable, str(Path(__file__).with_name("gpu_compile_cache.py")), "--work",
+                               str(work), *(["--models", *models] if models else [])],
+                              preexec_fn=lambda: os.sched_setaffinity(0, theirs))
+    os.sched_setaffinity(0, mine)
+    return warmer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,12 +271,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path, help="a folder of wheels installed over the archive's")
     parser.add_argument("--models", nargs="*", help="only these models of the archive")
     parser.add_argument("--source", type=Path, help="a checkout whose forgekit/*.py replace the runtime wheel's")
+    parser.add_argument("--no-graphs", dest="graphs", action="store_false",
+                        help="skip the Engine(cuda_graphs=True) row of each artifact")
+    parser.add_argument("--no-warm-compile", dest="warm_compile", action="store_false",
+                        help="no background process compiling the torch.compile peers ahead (gpu_compile_cache.py)")
     args = parser.parse_args(argv)
     begin = time.monotonic()
     left = lambda: args.deadline_s - (time.monotonic() - begin)  # noqa: E731
     with tarfile.open(args.archive) as tar:
         tar.extractall(args.work, filter="data")
     install(args.work / "wheels", args.work / "site", args.wheels)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_pack import hydrate
+
+    hydrate(args.work / "models")  # the larger batches' ONNX files get their shared weights back
     if args.source is not None:  # this checkout's runtime modules over the wheel's (a fix made after packing)
         import shutil
 
@@ -249,7 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 peers exact, as forgekit's fp32 is
         torch.backends.cudnn.allow_tf32 = False
+    warmer = start_cache_warmer(args.work, args.models) if torch is not None and args.warm_compile else None
     references: dict[str, list[np.ndarray]] = {}
+    seen_plans: set[str] = set()
+
     def feeds_of(run: dict) -> dict:
         """The batch-1 inputs, repeated to the run's batch (gpu_pack.py carries batch 1 only)."""
         with np.load(args.work / run["feeds"]) as data:
@@ -276,7 +344,16 @@ def main(argv: list[str] | None = None) -> int:
                 report.set(key, tflops=round(run["gflop"] / ms, 2))
             if torch is not None and run["batch"] > 1 and left() > 120:
                 report.set(key, top_kernels=top_kernels(torch, call))
-            del engine, call
+            if engine._module.implements_function("forgekit_cudnn_plans", True):  # which algorithm cudnnFind chose per convolution, and what it measured (the
+                # extension keeps its plans for the process: the lines this artifact added)
+                plans = engine._module.get_function("forgekit_cudnn_plans", True)()
+                lines = [line for line in str(plans).splitlines() if line not in seen_plans]
+                seen_plans.update(lines)
+                report.set(key, cudnn_plans=lines)
+            del call
+            if args.graphs:
+                measure_graphs(engine, run, feeds, references[run["onnx"]], report, torch)
+            del engine
         except Exception as exc:  # noqa: BLE001 - recorded, the next run goes on
             report.set(key, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
             traceback.print_exc()
@@ -288,21 +365,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no PyTorch peers: {exc}")
         print((args.out / "gpu_results.md").read_text())
         return 0
-    for compiled in (False, True):  # 2. eager, 3. torch.compile, while time is left
-        for run in manifest["runs"]:
-            if "+" in run["precision"]:  # a variant of forgekit's build (fp16+graph): same peers as its base row
-                continue
+    # a variant of forgekit's build (fp16+nhwc, +graphs) has the same peers as its base row
+    base = [run for run in manifest["runs"] if "+" not in run["precision"]]
+    for field, mode in PEERS:  # 2. eager, 3. torch.compile, 4. its CUDA graphs, while time is left
+        for run in compile_order(base) if mode else base:
             key = (run["model"], run["batch"], run["precision"])
-            field = "compile" if compiled else "eager"
-            if left() < (90 if compiled else 20):
+            if left() < (45 if mode else 20):
                 report.set(key, **{f"{field}_error": "skipped: deadline"})
                 continue
             try:
-                call = torch_peer(torch, convert, args.work / run["onnx"], feeds_of(run), run["precision"], compiled)
+                call = torch_peer(torch, convert, args.work / run["onnx"], feeds_of(run), run["precision"], mode)
                 report.set(key, **{f"{field}_ms": gpu_ms(torch, call)})
             except Exception as exc:  # noqa: BLE001
                 report.set(key, **{f"{field}_error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"})
             torch.cuda.empty_cache()
+    if warmer is not None:
+        warmer.kill()
     print((args.out / "gpu_results.md").read_text())
     return 0
 

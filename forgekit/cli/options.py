@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 ModelArg = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="ONNX file or sample:NAME (LEIP spelling: --input_path MODEL).")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", metavar="DEV", help="cpu, cuda or cuda:N (default: what the artifact was built for).")]
+CudaGraphsOpt = Annotated[bool, typer.Option(
+    "--cuda-graphs", help="CUDA artifacts: replay each input shape's whole inference as one CUDA graph (captured at "
+    "its second call): launch-bound models (batch 1) run at their kernels' speed.")]
 InputPathOpt = Annotated[Optional[str], typer.Option("--input_path", "--input-path", metavar="MODEL", hidden=True)]
 ShapeOpt = Annotated[Optional[list[str]], typer.Option(
     "--input-shape", "--input_shape", metavar="NAME=DIMS",

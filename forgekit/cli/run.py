@@ -11,7 +11,8 @@ import typer
 
 from ..errors import UsageError
 from .app import app, command
-from .options import DeviceOpt, InputOpt, KeyOpt, PasswordFileOpt, fmt_shape, password_if_encrypted, read_input_files
+from .options import (CudaGraphsOpt, DeviceOpt, InputOpt, KeyOpt, PasswordFileOpt, fmt_shape, password_if_encrypted,
+                      read_input_files)
 
 
 def load_inputs(engine: Any, specs: list[str] | None, random: bool) -> list[np.ndarray]:
@@ -52,12 +53,14 @@ def run(
     key: KeyOpt = None,
     password_file: PasswordFileOpt = None,
     device: DeviceOpt = None,
+    cuda_graphs: CudaGraphsOpt = False,
 ) -> None:
     """Run an artifact on inputs, print a summary of the outputs and the latency."""
     from ..runtime import Engine
 
     start = time.perf_counter()
-    engine = Engine(artifact, key_path=key, password=password_if_encrypted(artifact, password_file), device=device)
+    engine = Engine(artifact, key_path=key, password=password_if_encrypted(artifact, password_file), device=device,
+                    cuda_graphs=cuda_graphs)
     load_ms = (time.perf_counter() - start) * 1e3
     feeds = load_inputs(engine, inputs, random)
     outputs = engine.infer(*feeds)

@@ -25,7 +25,8 @@ DL_CPU, DL_CUDA = 1, 2
 _KINDS = {"cpu": DL_CPU, "cuda": DL_CUDA}
 #: TVM DeviceAttrKind values (tvm/runtime/device_api.h)
 _ATTR_EXIST, _ATTR_COMPUTE_VERSION, _ATTR_DEVICE_NAME = 0, 4, 5
-_CUDA_LOADED: set[str] = set()  # the libraries this process has loaded (RTLD_GLOBAL cannot be undone)
+#: the libraries this process has loaded, by name (RTLD_GLOBAL cannot be undone)
+_CUDA_LOADED: dict[str, ctypes.CDLL] = {}
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,16 @@ def _load_global(name: str, path: str | Path) -> str | None:
     if name in _CUDA_LOADED:
         return None
     try:
-        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        _CUDA_LOADED[name] = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
         return str(exc).strip().splitlines()[0]
-    _CUDA_LOADED.add(name)
     return None
+
+
+def loaded_cudart() -> ctypes.CDLL | None:
+    """The CUDA runtime :func:`ensure_cuda` loaded (the one TVM's CUDA runtime and the artifact's kernels call),
+    None before a CUDA engine was made."""
+    return _CUDA_LOADED.get("libcudart")
 
 
 def has_nvidia_gpu() -> bool:

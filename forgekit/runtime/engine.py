@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..artifact.layout import SHARED_WEIGHTS_CHECK, read_metadata, resolve, shared_weights_file
-from ..errors import INDEX_ERROR_MARKER, ArtifactError, InputError
+from ..errors import INDEX_ERROR_MARKER, ArtifactError, InputError, UsageError
 from .compat import check_runnable, check_size, choose_library
 from .device import DL_CPU, Device, ensure_cuda, parse_device
 from .inputs import check_inputs, example_inputs
@@ -46,6 +46,11 @@ class Engine:
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default: what the artifact was built for.  A CUDA engine takes
         numpy arrays (copied to the GPU) or DLPack tensors already on its GPU (torch, cupy: no copy), and
         :meth:`infer` returns numpy arrays, or tensors on the GPU with ``as_numpy=False``.
+    cuda_graphs:
+        A CUDA engine replays each input signature's whole inference as one CUDA graph, captured at its second
+        call (:mod:`.cuda_graph`): launch-bound models (batch 1) run at their kernels' speed.  With
+        ``as_numpy=False`` a replayed call's outputs are the graph's own buffers, valid until the next call with
+        the same input shapes.
 
     Raises
     ------
@@ -60,12 +65,15 @@ class Engine:
     """
 
     def __init__(self, path: str | os.PathLike[str], key_path: str | None = None, password: str | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, cuda_graphs: bool = False) -> None:
         self.path = Path(path)
         library, meta_path = resolve(self.path)
         self.metadata: dict[str, Any] = read_metadata(meta_path) if meta_path else {}
         #: where the model runs (``cpu`` or ``cuda:N``)
         self.device: Device = parse_device(device, self.metadata)
+        if cuda_graphs and self.device.kind != "cuda":
+            raise UsageError(f"CUDA graphs run CUDA artifacts, and this engine runs on {self.device}: leave "
+                             "cuda_graphs out, or compile for a CUDA target.")
         check_runnable(self.metadata, library, str(path))
         #: the instruction-set level chosen for this CPU (portable artifacts; None for single-ISA ones)
         library, self.level = choose_library(self.metadata, library, str(path))
@@ -122,6 +130,8 @@ class Engine:
         self._alignment = 0 if io.get("input_alignment") == "element" else 64
         owned = io.get("owned_outputs") if self.device.kind == "cpu" else None
         self._owned = tuple(bool(flag) for flag in owned) if isinstance(owned, list) else ()
+        #: the CUDA graphs (:class:`.cuda_graph.CudaGraphs`: ``captured``, ``declined``), None unless asked for
+        self.cuda_graphs = _graphs(self._main, self.device) if cuda_graphs else None
 
     # ------------------------------------------------------------------ description (from the metadata)
     input_names = property(lambda self: [t["name"] for t in self._inputs], doc="Input names, in order.")
@@ -172,6 +182,8 @@ class Engine:
         output the call allocated is handed over as it is, any other is copied); with ``as_numpy=False``, as
         tensors on the engine's device (DLPack: ``torch.from_dlpack(t)``, no copy).
         """
+        if self.cuda_graphs is not None:
+            return self._infer_graphed(self.arrange(inputs), as_numpy)
         args = self._arguments(inputs)
         with self._lock:
             outputs = _flatten(_run(self._main, args))
@@ -180,11 +192,34 @@ class Engine:
         owned = self._owned if len(self._owned) == len(outputs) else ()
         return [hand_over(t) if owned and owned[k] else to_numpy(t) for k, t in enumerate(outputs)]
 
+    def _infer_graphed(self, args: list[Any], as_numpy: bool) -> list[Any]:
+        from .cuda_graph import fresh_copy
+
+        with self._lock:
+            result, replayed = self.cuda_graphs(args)
+            outputs = _flatten(result)
+            if as_numpy:
+                return [to_numpy(t) for t in outputs]
+            # a call that ran as usual has its outputs in the pool a graph's intermediates come from
+            return outputs if replayed else [fresh_copy(t) for t in outputs]
+
     def prepared_call(self, *inputs: Any) -> Any:
         """A zero-argument function running the model on ``inputs`` (checked and converted once, on the device
-        already) and waiting for the device to finish: what a timer calls, so only the model's time is measured."""
-        args = self._arguments(inputs)
+        already) and waiting for the device to finish: what a timer calls, so only the model's time is measured
+        (with CUDA graphs: the graph captured now, replayed by each call)."""
         main, sync, lock = self._main, self._sync, self._lock
+        if self.cuda_graphs is not None:
+            with lock:
+                replay = self.cuda_graphs.prepared(self.arrange(inputs))
+
+            def call_graph() -> Any:
+                with lock:
+                    result = replay()
+                    sync()
+                return result
+
+            return call_graph
+        args = self._arguments(inputs)
 
         def call() -> Any:
             with lock:
@@ -224,6 +259,12 @@ class Engine:
     def benchmark(self, n: int = 10, warmup: int = 1, inputs: Sequence[np.ndarray] | None = None) -> dict[str, float]:
         """Time ``n`` runs after ``warmup`` runs; returns milliseconds (median, p90, mean, min) and throughput."""
         return latency_stats(self.time_runs(n, warmup, inputs))
+
+
+def _graphs(main: Any, device: Device) -> Any:
+    from .cuda_graph import CudaGraphs
+
+    return CudaGraphs(lambda args: main(*args), device.index)
 
 
 def _start_vm(module: Any, device: Device) -> Any:

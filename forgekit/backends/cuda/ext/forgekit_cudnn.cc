@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace {
@@ -60,6 +61,7 @@ struct Plan {
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace = 0;
+  std::string found;  // what cudnnFind measured, "algo:math:ms" fastest first (for benchmark reports)
   ~Plan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (y) cudnnDestroyTensorDescriptor(y);
@@ -119,6 +121,11 @@ Plan* MakePlan(DeviceState& state, const std::vector<int64_t>& key, const int64_
   int found = 0;
   FK_CUDNN(cudnnFindConvolutionForwardAlgorithm(state.handle, plan->x, plan->w, plan->conv, plan->y,
                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+  for (int i = 0; i < found; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    plan->found += (plan->found.empty() ? "" : " ") + std::to_string(int(perf[i].algo)) + ":" +
+                   std::to_string(int(perf[i].mathType)) + ":" + std::to_string(perf[i].time);
+  }
   // fastest first; an exact (fp32) build never takes a tensor-op result, whatever cudnnFind measured
   int best = -1;
   for (int i = 0; i < found && best < 0; ++i) {
@@ -166,14 +173,17 @@ void Conv2d(tvm::ffi::PackedArgs args, tvm::ffi::Any* rv) {
                                    state.workspace, plan->workspace, &zero, plan->y, Data(y)));
 }
 
-// "algo/workspace" of every planned shape, for benchmark reports: which kernels cudnnFind chose
+// One line per planned shape, for benchmark reports: the shape (attrs, then x, w, y as dtype code*256+bits and
+// dims), the algorithm and math type chosen, its workspace, and all cudnnFind measured ("algo:math:ms")
 tvm::ffi::String Plans() {
   std::lock_guard<std::mutex> lock(mutex);
   std::string out;
   for (auto& [device, state] : States()) {
     for (auto& [key, plan] : state->plans) {
-      out += "algo " + std::to_string(int(plan->algo)) + " math " + std::to_string(int(plan->math)) + " ws " +
-             std::to_string(plan->workspace) + "\n";
+      out += "shape";
+      for (int64_t v : key) out += " " + std::to_string(v);
+      out += " | algo " + std::to_string(int(plan->algo)) + " math " + std::to_string(int(plan->math)) + " ws " +
+             std::to_string(plan->workspace) + " | found " + plan->found + "\n";
     }
   }
   return tvm::ffi::String(out);
