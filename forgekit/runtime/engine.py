@@ -264,7 +264,7 @@ class Engine:
 def _graphs(main: Any, device: Device) -> Any:
     from .cuda_graph import CudaGraphs
 
-    return CudaGraphs(lambda args: main(*args), device.index)
+    return CudaGraphs(lambda args: _run(main, args), device.index)  # _run: its one-line input errors too
 
 
 def _start_vm(module: Any, device: Device) -> Any:
