@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--cuda-graphs", nargs="*", default=[], metavar="MODEL",
                         help="also batch-1 artifacts of these models with CUDA graphs")
-    parser.add_argument("--gpu-kernels", nargs="+", default=["auto"], choices=["auto", "tvm", "cudnn"],
+    parser.add_argument("--gpu-kernels", nargs="+", default=["auto"], choices=["auto", "tvm", "cudnn", "vendor"],
                         help="the first is each row's base build, the others variants (fp32+tvm...)")
     parser.add_argument("--nhwc", nargs="*", default=[], choices=list(PRECISIONS),
                         help="also --layout last (NHWC) builds of these precisions")

@@ -52,21 +52,23 @@ class Precision(enum.StrEnum):
 
 
 class GpuKernels(enum.StrEnum):
-    """Whose kernels a CUDA build's convolutions run on: ``cudnn`` (NVIDIA's library, compiled into the
-    artifact: :mod:`forgekit.backends.cuda.cudnn`), ``tvm`` (DLight's schedules, no library needed where it
-    runs), or ``auto``: cuDNN when its wheel is installed here (the recorded default, measured on an H200 in
-    ``docs/gpu.md``), else TVM's.  CPU builds ignore it."""
+    """Whose kernels a CUDA build runs: ``cudnn`` (convolutions on NVIDIA's library, compiled into the
+    artifact: :mod:`forgekit.backends.cuda.cudnn`), ``vendor`` (also matmuls on cuBLAS:
+    :mod:`forgekit.backends.cuda.cublas`, not yet measured on a GPU), ``tvm`` (DLight's schedules, no library
+    needed where it runs), or ``auto``: cuDNN when its wheel is installed here (the recorded default, measured
+    on an H200 in ``docs/gpu.md``), else TVM's.  CPU builds ignore it."""
 
     AUTO = "auto"
     TVM = "tvm"
     CUDNN = "cudnn"
+    VENDOR = "vendor"
 
     @classmethod
     def parse(cls, value: Any) -> GpuKernels:
         try:
             return cls(str(value).lower())
         except ValueError:
-            raise UsageError(f"Unknown GPU kernels '{value}': use auto, tvm or cudnn.") from None
+            raise UsageError(f"Unknown GPU kernels '{value}': use auto, tvm, cudnn or vendor.") from None
 
 
 PRECISIONS = tuple(p.value for p in Precision)

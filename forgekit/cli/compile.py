@@ -129,8 +129,9 @@ def compile(  # noqa: A001 - the verb users type
     precision: Annotated[str, typer.Option("--precision", metavar="P", help="fp32|bf16|fp16: conv/matmul precision "
                                            "(bf16: x86 targets with AVX512_BF16).")] = "fp32",
     layout: Annotated[Optional[str], typer.Option("--layout", metavar="L", help="first|last|NCHW|NHWC.")] = None,
-    gpu_kernels: Annotated[str, typer.Option("--gpu-kernels", metavar="K", help="CUDA targets' convolutions: "
-                                             "cudnn, tvm or auto (cuDNN where its wheel is installed).")] = "auto",
+    gpu_kernels: Annotated[str, typer.Option("--gpu-kernels", metavar="K", help="CUDA targets: cudnn "
+                                             "(convolutions), vendor (cuDNN + cuBLAS matmuls), tvm or auto "
+                                             "(cuDNN where its wheel is installed).")] = "auto",
     export_ir: Annotated[bool, typer.Option("--export-ir", "--export-relay", help="Also write the IR.")] = False,
     export_metadata: Annotated[bool, typer.Option("--export-metadata", help="Also write compile_report.json.")] = False,
     force: ForceOpt = False,

@@ -81,7 +81,8 @@ def _wheel_cudart() -> Path | None:
 
 #: vendor libraries a CUDA artifact may link (metadata ``build.device.libraries``): where NVIDIA's wheel puts
 #: each under site-packages/nvidia, and the pip package to install
-VENDOR_LIBRARIES = {"libcudnn.so.9": ("cudnn/lib", "nvidia-cudnn-cu13")}
+VENDOR_LIBRARIES = {"libcudnn.so.9": ("cudnn/lib", "nvidia-cudnn-cu13"),
+                    "libcublas.so.13": ("cu13/lib", "nvidia-cublas")}
 
 
 def _load_global(name: str, path: str | Path) -> str | None:

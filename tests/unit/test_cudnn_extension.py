@@ -84,7 +84,7 @@ def test_a_bad_spelling_is_one_usage_line():
     from forgekit.errors import UsageError
     from forgekit.options import CompileOptions
 
-    with pytest.raises(UsageError, match="use auto, tvm or cudnn"):
+    with pytest.raises(UsageError, match="use auto, tvm, cudnn or vendor"):
         CompileOptions(gpu_kernels="cublas")
     assert CompileOptions(gpu_kernels="CUDNN").gpu_kernels == "cudnn"
 

@@ -62,9 +62,13 @@ def export_options(spec: TargetSpec, opt_level: int) -> dict[str, Any]:
 
 def with_extensions(executable: Any, fcompile: Any) -> tuple[Any, list[str]]:
     """``fcompile`` compiling in the runtime extensions ``executable`` calls (cuDNN's convolutions:
-    :mod:`.cudnn`), and the shared libraries they add to what the artifact needs where it runs."""
-    from . import cudnn
+    :mod:`.cudnn`, cuBLAS's matmuls: :mod:`.cublas`), and the shared libraries they add to what the artifact
+    needs where it runs."""
+    from . import cublas, cudnn
 
+    libraries = []
     if cudnn.calls_cudnn(executable):
-        return cudnn.with_extension(fcompile), [cudnn.LIBRARIES[0]]
-    return fcompile, []
+        fcompile, libraries = cudnn.with_extension(fcompile), [*libraries, cudnn.LIBRARIES[0]]
+    if cublas.calls_cublas(executable):
+        fcompile, libraries = cublas.with_extension(fcompile), [*libraries, cublas.LIBRARIES[0]]
+    return fcompile, libraries

@@ -4,7 +4,8 @@ convolutions and matmuls to fp16 with fp32 accumulation), once per target::
 
     phase 1  library dispatch          batched matmuls over a derived length as over a variable (:mod:`.gemm_extents`),
                                        transposed convolutions as convolutions, convolutions to cuDNN
-                                       (:mod:`.cudnn`, ``--gpu-kernels``),
+                                       (:mod:`.cudnn`, ``--gpu-kernels``), matmuls to cuBLAS (:mod:`.cublas`,
+                                       ``--gpu-kernels vendor``),
                                        then TVM's CUDA library offloads (none enabled by default)
     phase 2  legalize (+ fuse)         operators to TIR; FuseOps/FuseTIR from opt level 2 only
     phase 3  dataflow lowering         DLight's default GPU rules bind every kernel to blocks and threads
@@ -37,12 +38,12 @@ def uses_cudnn(kernels: GpuKernels, host_arch: str) -> bool:
     if kernels is GpuKernels.TVM:
         return False
     if host_arch != this_arch():
-        if kernels is GpuKernels.CUDNN:
-            raise ToolchainError(f"--gpu-kernels cudnn links NVIDIA's cuDNN wheel of this {this_arch()} machine, "
+        if kernels in (GpuKernels.CUDNN, GpuKernels.VENDOR):
+            raise ToolchainError(f"--gpu-kernels {kernels} links NVIDIA's cuDNN wheel of this {this_arch()} machine, "
                                  f"not one for {host_arch} hosts (Jetson): use --gpu-kernels tvm.")
         return False
     found = find_cudnn()
-    if found is None and kernels is GpuKernels.CUDNN:
+    if found is None and kernels in (GpuKernels.CUDNN, GpuKernels.VENDOR):
         raise ToolchainError("--gpu-kernels cudnn needs NVIDIA's cuDNN 9 headers and library: pip install "
                              "nvidia-cudnn-cu13 (or pip install 'forgekit[cuda]'), or use --gpu-kernels tvm.")
     return found is not None
@@ -68,6 +69,13 @@ def lowering_pipeline(target: Any, opt_level: int, kernels: GpuKernels = GpuKern
         # transposed convolutions as convolutions first (forgekit.passes.conv_transpose), so cuDNN runs them too:
         # TVM's conv2d_transpose kernel was 50-59 % of PP-OCRv4 det's time at batch 32 on an H200 (14.8 ms)
         vendor += [conv_transpose_as_conv_pass(), route_convolutions_pass()]
+    if kernels is GpuKernels.VENDOR:
+        from .cublas import find_cublas, route_matmuls_pass
+
+        if find_cublas() is None:
+            raise ToolchainError("--gpu-kernels vendor needs NVIDIA's cuBLAS headers and library: pip install "
+                                 "nvidia-cublas (or pip install 'forgekit[cuda]'), or use --gpu-kernels cudnn.")
+        vendor.append(route_matmuls_pass())  # matmuls on cuBLAS (not yet measured on a GPU: not in auto)
 
     @tvm.transform.module_pass(opt_level=0, name="ForgekitGpuUnfused" if opt_level < 2 else "ForgekitCuda")
     def pipeline(mod: Any, _ctx: Any) -> Any:
