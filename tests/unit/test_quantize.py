@@ -515,6 +515,39 @@ def test_int8_3x3_convs_on_a_dynamic_batch_take_integer_winograd() -> None:
         np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), _conv3x3_ref(x, w))
 
 
+def test_int8_3x3_convs_on_a_dynamic_batch_and_image_take_winograd() -> None:
+    """Batch, height and width all symbolic (a detector as exported): the images stacked into one tall image
+    (winograd.emit), the fp32 F(4x4) route on the integer values; within F(4x4)'s rounding of the exact sums at
+    two batches and sizes.  Before, such a conv kept the direct integer kernel."""
+    import tvm
+    from tvm import relax, tirx
+
+    from forgekit.backends import cpu as schedules
+    from forgekit.runtime.cpu import host_features
+
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (64, 64, 3, 3)).astype(np.int8)
+    bb = relax.BlockBuilder()
+    dims = [tirx.Var(name, "int64") for name in ("n", "h", "w")]
+    xv = relax.Var("x", relax.TensorType([dims[0], 64, dims[1], dims[2]], "uint8"))
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(xv, relax.const(w), padding=1, out_dtype="int32"))
+        bb.emit_func_output(y)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    schedules.STATS.clear()
+    ex = tvm.compile(bb.get(), target=target, relax_pipeline=schedules.cpu_pipeline(target))
+    assert "winograd" in set(schedules.STATS.values()), schedules.STATS
+    if not {"avx2", "fma"} <= host_features():
+        pytest.skip("this CPU cannot run the kernel: checked the schedule only")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for shape in ((2, 64, 10, 13), (1, 64, 5, 5)):
+        x = rng.integers(0, 256, shape).astype(np.uint8)
+        ref = _conv3x3_ref(x, w)
+        out = vm["main"](tvm.runtime.tensor(x)).numpy().astype(np.int64)
+        assert out.shape == ref.shape and np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 @pytest.mark.parametrize(("tag", "rule"), [("raspberry-pi/5", "gemm_int8_sdot"), ("raspberry-pi/4", None)])
 @pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
 def test_int8_kernels_use_sdot_on_armv82(tag, rule, x_dtype) -> None:

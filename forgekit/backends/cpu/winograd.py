@@ -87,8 +87,8 @@ def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int) -> bool:
     if isinstance(h, int) and isinstance(wd, int):
         if h < 4 or wd < 4:
             return False
-    elif not (isinstance(n, int) and n == 1):
-        return False  # a symbolic height or width over several images: see emit's ``pixel``
+    elif not (isinstance(n, int) and n == 1) and int(attrs.dilation[0]) != 1:
+        return False  # a symbolic height or width over several images is stacked (emit), a dilated one not
     return ic == icg and ic >= MIN_CHANNELS and oc % lanes == 0
 
 
@@ -197,6 +197,13 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     th, tw = (oh + m * dh - 1) // (m * dh) * dh, (ow + m - 1) // m
     tiles = n * th * tw
     static = all(isinstance(v, int) for v in (n, h, wd))
+    # a symbolic height or width over a symbolic batch: the images stacked into one tall image (see ``stacked``)
+    stack = not static and not isinstance(n, int) and not (isinstance(h, int) and isinstance(wd, int))
+    if stack:
+        # each image in a slot of q tile rows (its rows, the padding around them, zeros to the slot's end); the
+        # tile rows of all slots are one image's: tile row u of image b is slot row u - b * q
+        q = (oh + 2 + m - 1) // m
+        th, tiles = n * q, n * q * tw
     # symbolic sizes: the GEMM's rows (tiles) rounded up to the matmul rule's register tile, as
     # :mod:`.dynamic_matmul` does (a bare split of a symbolic row axis is 2.9x slower); the extra tiles read the
     # last image again or zero rows below it (see ``pixel``), and the output transform never reads them
@@ -216,12 +223,29 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
         """Padded coordinate of patch element ``i`` of tile ``u`` along an axis of dilation ``d``."""
         return m * u + i if d == 1 else (u // d) * (d * m) + u % d + d * i
 
+    def stacked(x: Any) -> Any:
+        """The images one above the other, each padded in a slot of ``q * m`` rows, then zero rows for the extra
+        tiles: one tall image (batch 1), so the transforms are the single-image ones and need no division by a
+        symbolic tile count (with one, TVM's simplifier took 8.5 s per transform, see ``pixel``); only this copy
+        divides, by the slot height, once per row."""
+        slot = q * m
+        zero = tirx.const(0, x.dtype)
+
+        def value(_: Any, r: Any, col: Any, ch: Any) -> Any:
+            b, y, xx = r // slot, r % slot - pad[0], col - pad[1]
+            inside = tirx.all(r < n * slot, y >= 0, y < h, xx >= 0, xx < wd)
+            return tirx.if_then_else(inside, x[tirx.min(b, n - 1), tirx.max(tirx.min(y, h - 1), 0),
+                                               tirx.max(tirx.min(xx, wd - 1), 0), ch], zero)
+        return te.compute((1, n * slot + (rt + 1) * m, tw * m + 2, c), value, name="winograd_stack")
+
     def f_input(x: Any) -> Any:
         xp = topi.nn.pad(x, [0, pad[0], pad[1], 0], pad_after, name="pad_temp") \
             if static else x  # symbolic: padded by a kernel of its own (see below)
 
         def pixel(t: Any, i: Any, j: Any, ch: Any) -> Any:
-            if static or isinstance(th, int):  # the extra tiles of a symbolic batch read the last image
+            if stack:  # the tall image's tile rows: no image index
+                value = xp[0, coordinate(t // tw, i), coordinate(t % tw, j), ch]
+            elif static or isinstance(th, int):  # the extra tiles of a symbolic batch read the last image
                 b = t // (th * tw) if static else tirx.min(t // (th * tw), n - 1)
                 value = xp[b, coordinate(t // tw % th, i, dh), coordinate(t % tw, j), ch]
             else:
@@ -246,7 +270,7 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
             name=COLS)
 
         def body(b: Any, y: Any, x: Any, kk: Any) -> Any:
-            t = b * (th * tw) + y // m * tw + x // m
+            t = (b * q + y // m) * tw + x // m if stack else b * (th * tw) + y // m * tw + x // m
             # Y[i, j] = sum_a A^T[i, a] cols[a, j]
             return _select(y % m, [_combo(tile.at[i], lambda a: cols[a, x % m, t, kk]) for i in range(m)])
         # the rule splits the rows and columns by the tile size it reads here; a dilated height's rows come
@@ -265,7 +289,9 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     # transpose into the input transform, one conv's output transform with the next conv's input transform),
     # which no schedule runs well.  The input transform is opaque: it fuses with nothing.  The output
     # transform is "out-elementwise fusable", like a convolution: its bias, ReLU and residual add fuse after it.
-    if not static:
+    if stack:
+        data = bb.emit(bb.call_te(stacked, data, primfunc_name_hint="winograd_pad"))
+    elif not static:
         # symbolic sizes: the padded copy is a kernel of its own, not a block of the transform's (TVM cannot
         # prove that such a block covers what the transform reads at t // tw % th, so compute_at refuses the
         # scope; a clamped, masked read instead took the TIR simplifier 2 min per conv)
