@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .cudnn import _dtype, _shape, _single_use
+from .dispatch import cast_patterns, dtype_of, extension_compiler, rewrite_patterns, shape_of
 
 #: the packed function's symbol in the artifact (``__tvm_ffi_`` + this)
 FUNCTION = "forgekit_cublas_matmul"
@@ -33,20 +33,6 @@ SOURCE = Path(__file__).parent / "ext" / "forgekit_cublas.cc"
 #: libcublas.so.13 loads its libcublasLt.so.13 from its own folder
 LIBRARIES = ("libcublas.so.13", "libcudart.so.13")
 _FLOATS = ("float32", "float16")
-
-
-def _patterns() -> list[tuple[Any, dict[str, Any]]]:
-    """``matmul`` and ``astype(matmul)`` (the fp16 build's fp32 accumulator rounded to fp16), the cast first."""
-    from tvm.relax.dpl import is_op, wildcard
-
-    out = []
-    for cast in (True, False):
-        parts = {"a": wildcard(), "b": wildcard()}
-        parts["matmul"] = is_op("relax.matmul")(parts["a"], parts["b"])
-        if cast:
-            parts["cast"] = is_op("relax.astype")(parts["matmul"])
-        out.append((parts.get("cast", parts["matmul"]), parts))
-    return out
 
 
 def _same_batch(a: list[Any], b: list[Any]) -> bool:
@@ -65,12 +51,12 @@ def _rewriter(parts: dict[str, Any], single_use: Callable[[Any], bool]) -> Calla
     from tvm import relax
 
     def rewrite(expr: Any, matched: Any) -> Any:
-        matmul, a, b = matched[parts["matmul"]], matched[parts["a"]], matched[parts["b"]]
+        matmul, a, b = matched[parts["op"]], matched[parts["a"]], matched[parts["b"]]
         if "cast" in parts and not single_use(matmul):
             return expr  # its fp32 result has another reader: the call would run it a second time
-        dtype = _dtype(a)
-        a_shape, b_shape = _shape(a), _shape(b)
-        if (dtype not in _FLOATS or _dtype(b) != dtype or _dtype(expr) != dtype or a_shape is None
+        dtype = dtype_of(a)
+        a_shape, b_shape = shape_of(a), shape_of(b)
+        if (dtype not in _FLOATS or dtype_of(b) != dtype or dtype_of(expr) != dtype or a_shape is None
                 or b_shape is None or not _same_batch(a_shape, b_shape)):
             return expr
         flags = [int(dtype != "float32")]  # math: tensor cores for fp16, FMA (exact) for fp32
@@ -81,18 +67,7 @@ def _rewriter(parts: dict[str, Any], single_use: Callable[[Any], bool]) -> Calla
 
 def route_matmuls(mod: Any) -> Any:
     """``mod`` with every matmul cuBLAS computes exactly as one call (see the module docstring)."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.dpl import rewrite_call
-
-    functions = dict(mod.functions.items())
-    for gv, func in functions.items():
-        if not isinstance(func, relax.Function):
-            continue
-        for pattern, parts in _patterns():
-            func = rewrite_call(pattern, _rewriter(parts, _single_use(func)), func)
-        functions[gv] = func
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return rewrite_patterns(mod, cast_patterns("relax.matmul", ("a", "b")), _rewriter)
 
 
 def route_matmuls_pass() -> Any:
@@ -124,25 +99,11 @@ def find_cublas() -> tuple[Path, Path] | None:
 
 def with_extension(fcompile: Any) -> Any:
     """``fcompile`` (None: TVM's default g++) also compiling ``ext/forgekit_cublas.cc`` into the library, linked
-    against ``libcublas.so.13`` and ``libcudart.so.13`` by soname (found where it runs, as cuDNN is)."""
-    import tvm_ffi
-    from tvm.support import cc
-
+    against ``libcublas.so.13`` and ``libcudart.so.13`` by soname (:func:`.dispatch.extension_compiler`)."""
     kit = find_cublas()  # NVIDIA's cu13 folder: cuBLAS and the CUDA runtime, headers and libraries
     if kit is None:
         from ...errors import ToolchainError
 
         raise ToolchainError("Linking cuBLAS calls needs NVIDIA's cuBLAS and CUDA runtime wheels: pip install "
                              "nvidia-cublas nvidia-cuda-runtime, or use --gpu-kernels auto.")
-    base = fcompile or cc.create_shared
-    flags = [f"-I{Path(tvm_ffi.__file__).parent / 'include'}", f"-I{kit[0]}", "-std=c++17", "-O2", f"-L{kit[1]}"]
-    libraries = [f"-l:{name}" for name in LIBRARIES]  # after the sources that use them (ld --as-needed)
-
-    def compile_with_extension(output: str, objects: list[str], options: list[str] | None = None,
-                               **kwargs: Any) -> Any:
-        return base(output, [*objects, str(SOURCE), *libraries], options=[*(options or []), *flags], **kwargs)
-
-    for attr in ("output_format", "get_target_triple", "object_format"):
-        if hasattr(base, attr):
-            setattr(compile_with_extension, attr, getattr(base, attr))
-    return compile_with_extension
+    return extension_compiler(fcompile, SOURCE, [f"-I{kit[0]}", f"-L{kit[1]}"], LIBRARIES)

@@ -32,28 +32,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .dispatch import cast_patterns, dtype_of, extension_compiler, rewrite_patterns, shape_of, static_ints
+
 #: the packed function's symbol in the artifact (``__tvm_ffi_`` + this)
 FUNCTION = "forgekit_cudnn_conv2d"
 SOURCE = Path(__file__).parent / "ext" / "forgekit_cudnn.cc"
 #: shared libraries the extension needs at run time (NVIDIA's nvidia-cudnn-cu13 and nvidia-cuda-runtime wheels)
 LIBRARIES = ("libcudnn.so.9", "libcudart.so.13")
 _FLOATS = ("float32", "float16")  # bf16 is a CPU precision in forgekit
-
-
-def _static_ints(values: Any) -> list[int] | None:
-    try:
-        return [int(v) for v in values]
-    except (TypeError, ValueError):
-        return None
-
-
-def _shape(expr: Any) -> list[Any] | None:
-    shape = getattr(expr.ty, "shape", None)
-    return list(shape.values) if shape is not None and hasattr(shape, "values") else None
-
-
-def _dtype(expr: Any) -> str:
-    return str(getattr(expr.ty, "dtype", ""))
 
 
 def _weight(w: Any, layout: str) -> Any | None:
@@ -82,7 +68,7 @@ def _aligned_channels(x: Any, w: Any, nhwc: bool, groups: int, dtype: str) -> tu
     import tvm
     from tvm import relax
 
-    channels = _static_ints([(_shape(x) or [0] * 4)[3 if nhwc else 1]])
+    channels = static_ints([(shape_of(x) or [0] * 4)[3 if nhwc else 1]])
     align = CHANNEL_ALIGN.get(dtype, 1)
     if groups != 1 or channels is None or channels[0] % align == 0 or not isinstance(w, tvm.ir.expr.Constant):
         return x, w
@@ -112,51 +98,22 @@ def _symmetric_padding(x: Any, pads: list[int], nhwc: bool) -> tuple[Any, list[i
     return relax.op.nn.pad(x, widths), [sym_h, sym_w, sym_h, sym_w]
 
 
-def _patterns() -> list[tuple[Any, dict[str, Any]]]:
-    """``conv2d`` and ``astype(conv2d)`` (the fp16 build's fp32 accumulator rounded to fp16), the cast first."""
-    from tvm.relax.dpl import is_op, wildcard
-
-    out = []
-    for cast in (True, False):
-        parts = {"x": wildcard(), "w": wildcard()}
-        parts["conv"] = is_op("relax.nn.conv2d")(parts["x"], parts["w"])
-        if cast:
-            parts["cast"] = is_op("relax.astype")(parts["conv"])
-        out.append((parts.get("cast", parts["conv"]), parts))
-    return out
-
-
-def _single_use(func: Any) -> Callable[[Any], bool]:
-    """Whether a value of ``func`` is bound to a dataflow variable read exactly once: a convolution whose fp32
-    result is also read elsewhere must stay, or it would run twice (once in the call, once for that reader)."""
-    from tvm import relax
-
-    bound, uses = {}, {}
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            bound[binding.value] = binding.var
-        if isinstance(block, relax.DataflowBlock):
-            for var, users in relax.analysis.udchain(block).items():
-                uses[var] = len(users) + (0 if isinstance(var, relax.DataflowVar) else 1)
-    return lambda value: value in bound and uses.get(bound[value], 0) == 1
-
-
 def _rewriter(parts: dict[str, Any], tensor_ops: bool, single_use: Callable[[Any], bool]) -> Callable[[Any, Any], Any]:
     from tvm import relax
 
     def rewrite(expr: Any, matched: Any) -> Any:
-        conv = matched[parts["conv"]]
+        conv = matched[parts["op"]]
         if "cast" in parts and not single_use(conv):
             return expr
         attrs, x = conv.attrs, matched[parts["x"]]
-        dtype, out_dtype = _dtype(x), _dtype(expr)
+        dtype, out_dtype = dtype_of(x), dtype_of(expr)
         nhwc = attrs.data_layout == "NHWC"
-        pads, strides, dilation = (_static_ints(v) for v in (attrs.padding, attrs.strides, attrs.dilation))
-        shape = _shape(expr)
-        if (dtype not in _FLOATS or _dtype(matched[parts["w"]]) != dtype or out_dtype != dtype
+        pads, strides, dilation = (static_ints(v) for v in (attrs.padding, attrs.strides, attrs.dilation))
+        shape = shape_of(expr)
+        if (dtype not in _FLOATS or dtype_of(matched[parts["w"]]) != dtype or out_dtype != dtype
                 or attrs.data_layout not in ("NCHW", "NHWC") or attrs.out_layout not in ("", attrs.data_layout)
                 or (nhwc and attrs.kernel_layout == "OIHW") or (not nhwc and attrs.kernel_layout != "OIHW")
-                or None in (pads, strides, dilation, shape, _shape(x)) or len(shape) != 4):
+                or None in (pads, strides, dilation, shape, shape_of(x)) or len(shape) != 4):
             return expr
         w = _weight(matched[parts["w"]], str(attrs.kernel_layout))
         if w is None:
@@ -172,18 +129,8 @@ def _rewriter(parts: dict[str, Any], tensor_ops: bool, single_use: Callable[[Any
 def route_convolutions(mod: Any, tensor_ops: bool) -> Any:
     """``mod`` with every convolution chain cuDNN computes exactly as one call (see the module docstring);
     ``tensor_ops``: whether fp32 may use TF32 tensor cores (fp16 always uses them)."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.dpl import rewrite_call
-
-    functions = dict(mod.functions.items())
-    for gv, func in functions.items():
-        if not isinstance(func, relax.Function):
-            continue
-        for pattern, parts in _patterns():
-            func = rewrite_call(pattern, _rewriter(parts, tensor_ops, _single_use(func)), func)
-        functions[gv] = func
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return rewrite_patterns(mod, cast_patterns("relax.nn.conv2d", ("x", "w")),
+                            lambda parts, single_use: _rewriter(parts, tensor_ops, single_use))
 
 
 def route_convolutions_pass() -> Any:
@@ -229,28 +176,12 @@ def find_cudnn() -> CudnnKit | None:
 
 def with_extension(fcompile: Any) -> Any:
     """``fcompile`` (None: TVM's default g++) also compiling ``ext/forgekit_cudnn.cc`` into the library, linked
-    against ``libcudnn.so.9`` and ``libcudart.so.13`` by soname: the runtime finds them where it runs
-    (:func:`forgekit.runtime.device.ensure_cuda` loads them from NVIDIA's wheels), not where it was built."""
-    import tvm_ffi
-    from tvm.support import cc
-
+    against ``libcudnn.so.9`` and ``libcudart.so.13`` by soname (:func:`.dispatch.extension_compiler`)."""
     kit = find_cudnn()
     if kit is None:
         from ...errors import ToolchainError
 
         raise ToolchainError("Linking cuDNN calls needs NVIDIA's cuDNN 9 and CUDA runtime wheels: pip install "
                              "nvidia-cudnn-cu13 nvidia-cuda-runtime.")
-    base = fcompile or cc.create_shared
-    flags = [f"-I{Path(tvm_ffi.__file__).parent / 'include'}", f"-I{kit.include}", f"-I{kit.cudart_include}",
-             "-std=c++17", "-O2", f"-L{kit.lib}", f"-L{kit.cudart_lib}"]
-    # after the sources that use them (TVM puts options first, and Debian's g++ links --as-needed)
-    libraries = [f"-l:{name}" for name in LIBRARIES]
-
-    def compile_with_extension(output: str, objects: list[str], options: list[str] | None = None,
-                               **kwargs: Any) -> Any:
-        return base(output, [*objects, str(SOURCE), *libraries], options=[*(options or []), *flags], **kwargs)
-
-    for attr in ("output_format", "get_target_triple", "object_format"):
-        if hasattr(base, attr):
-            setattr(compile_with_extension, attr, getattr(base, attr))
-    return compile_with_extension
+    flags = [f"-I{kit.include}", f"-I{kit.cudart_include}", f"-L{kit.lib}", f"-L{kit.cudart_lib}"]
+    return extension_compiler(fcompile, SOURCE, flags, LIBRARIES)

@@ -20,6 +20,8 @@
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
+#include "forgekit_ext.h"
+
 #include <map>
 #include <mutex>
 
@@ -30,11 +32,6 @@ namespace {
     cublasStatus_t status_ = (expr);                                                                   \
     if (status_ != CUBLAS_STATUS_SUCCESS)                                                              \
       TVM_FFI_THROW(RuntimeError) << "cuBLAS " << #expr << ": " << cublasGetStatusString(status_);      \
-  } while (0)
-#define FK_CUDA(expr)                                                                                  \
-  do {                                                                                                 \
-    cudaError_t error_ = (expr);                                                                       \
-    if (error_ != cudaSuccess) TVM_FFI_THROW(RuntimeError) << "CUDA " << #expr << ": " << cudaGetErrorString(error_); \
   } while (0)
 
 // cuBLAS's recommended workspace for Hopper (cuBLAS docs, cublasSetWorkspace: 32 MiB on sm_90)
@@ -67,7 +64,7 @@ cudaDataType_t DataType(const DLTensor* t) {
   return CUDA_R_32F;  // not reached
 }
 
-void* Data(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+using forgekit::Data;
 
 int64_t Product(const DLTensor* t, int from, int to) {
   int64_t n = 1;

@@ -20,6 +20,8 @@
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
+#include "forgekit_ext.h"
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,11 +36,6 @@ namespace {
     if (status_ != CUDNN_STATUS_SUCCESS)                                                            \
       TVM_FFI_THROW(RuntimeError) << "cuDNN " << #expr << ": " << cudnnGetErrorString(status_);    \
   } while (0)
-#define FK_CUDA(expr)                                                                               \
-  do {                                                                                              \
-    cudaError_t error_ = (expr);                                                                    \
-    if (error_ != cudaSuccess) TVM_FFI_THROW(RuntimeError) << "CUDA " << #expr << ": " << cudaGetErrorString(error_); \
-  } while (0)
 
 enum Attr { kLayout, kPadH, kPadW, kStrideH, kStrideW, kDilH, kDilW, kGroups, kMath, kNumAttrs };
 
@@ -51,7 +48,7 @@ cudnnDataType_t DataType(const DLTensor* t) {
   return CUDNN_DATA_FLOAT;  // not reached
 }
 
-void* Data(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+using forgekit::Data;
 
 // One convolution shape's descriptors and the algorithm cudnnFind chose for it, kept for the process.
 struct Plan {
