@@ -47,6 +47,8 @@ CASES = {
     "batch and H, W, bias + SiLU, F(4x4)": (
         lambda: _conv_relu(64, 64, ["N", 64, "H", "W"], silu=True), {"N": "1..8", "H": "1..512", "W": "1..512"},
         [(2, 64, 30, 17), (3, 64, 6, 6), (1, 64, 1, 9)], True),
+    "a static batch of 2, H and W": (lambda: _conv_relu(32, 32, [2, 32, "H", "W"]), {"H": "1..512", "W": "1..512"},
+                                     [(2, 32, 11, 14), (2, 32, 4, 4)], True),
     "batch and H, static W, padding (2, 1, 0, 2)": (
         lambda: _conv_relu(32, 64, ["N", 32, "H", 19], pads=(2, 1, 0, 2)), {"N": "1..8", "H": "1..512"},
         [(2, 32, 13, 19), (4, 32, 2, 19)], True),

@@ -197,8 +197,9 @@ def emit(bb: Any, data: Any, w: np.ndarray, shape: tuple, out_shape: tuple, tinf
     th, tw = (oh + m * dh - 1) // (m * dh) * dh, (ow + m - 1) // m
     tiles = n * th * tw
     static = all(isinstance(v, int) for v in (n, h, wd))
-    # a symbolic height or width over a symbolic batch: the images stacked into one tall image (see ``stacked``)
-    stack = not static and not isinstance(n, int) and not (isinstance(h, int) and isinstance(wd, int))
+    # a symbolic height or width over more than one image (a symbolic batch, or a static one of 2 or more): the
+    # images stacked into one tall image (see ``stacked``)
+    stack = not (isinstance(h, int) and isinstance(wd, int)) and not (isinstance(n, int) and n == 1)
     if stack:
         # each image in a slot of q tile rows (its rows, the padding around them, zeros to the slot's end); the
         # tile rows of all slots are one image's: tile row u of image b is slot row u - b * q
