@@ -125,16 +125,23 @@ class CudaGraphs:
         captured; returns the result and whether it is a graph's own buffers."""
         key = signature(args)
         graph = self._graphs.get(key)
-        if graph is None and key in self._warm and key not in self.declined:
-            graph = self._capture(key, args)
+        if graph is not None:
+            self._graphs.move_to_end(key)
+            for source, target in zip(args, graph.inputs):
+                _copy(source, target)
+        elif key in self._warm and key not in self.declined:
+            graph = self._capture(key, args)  # with ``args`` copied into its inputs
         if graph is None:
             self._warm.add(key)
-            return self._run([_to_device(a, self._device) for a in args]), False
-        self._graphs.move_to_end(key)
-        for source, target in zip(args, graph.inputs):
-            _copy(source, target)
+            return self._run(self._on_device(args)), False
         self.launch(graph)
         return graph.result, True
+
+    def _on_device(self, args: Sequence[Any]) -> list[Any]:
+        from .device import Device
+        from .transfer import device_tensor
+
+        return [device_tensor(a, Device("cuda", self._index)) for a in args]
 
     def prepared(self, args: Sequence[Any]) -> Callable[[], Any]:
         """A zero-argument function replaying the graph of ``args`` (warmed up and captured now, its inputs
@@ -143,7 +150,7 @@ class CudaGraphs:
             self(args)
         graph = self._graphs.get(signature(args))
         if graph is None:
-            device_args = [_to_device(a, self._device) for a in args]
+            device_args = self._on_device(args)
             return lambda: self._run(device_args)
 
         def replay() -> Any:
@@ -227,15 +234,6 @@ def _copy(source: Any, target: Any) -> None:
         return
     tensor = tvm_ffi.from_dlpack(source) if isinstance(source, np.ndarray) else source
     tvm_ffi.get_global_func("runtime.TVMTensorCopyFromTo")(tensor, target)
-
-
-def _to_device(value: Any, device: Any) -> Any:
-    """A host array copied to the device; a tensor there already as it is."""
-    if not isinstance(value, np.ndarray):
-        return value
-    out = _empty(value.shape, value.dtype.str, device)
-    _copy(value, out)
-    return out
 
 
 def fresh_copy(tensor: Any) -> Any:
