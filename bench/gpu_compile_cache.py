@@ -27,19 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*")
     args = parser.parse_args(argv)
     sys.path[:0] = [str(args.work / "site"), str(HERE)]
-    import numpy as np
     import torch
-    from gpu_run import PEERS, compile_order, torch_peer
+    from gpu_run import PEERS, compile_order, run_feeds, torch_peer
     from onnx2torch import convert
 
     runs = json.loads((args.work / "manifest.json").read_text())["runs"]
     runs = [r for r in runs if "+" not in r["precision"] and (not args.models or r["model"] in args.models)]
     for _field, mode in PEERS:
         for run in compile_order(runs) if mode else []:
-            with np.load(args.work / run["feeds"]) as data:
-                feeds = {k: np.ascontiguousarray(np.repeat(data[k], run.get("repeat", 1), axis=0)) for k in data.files}
             try:
-                torch_peer(torch, convert, args.work / run["onnx"], feeds, run["precision"], mode)
+                torch_peer(torch, convert, args.work / run["onnx"], run_feeds(args.work, run), run["precision"], mode)
                 print(f"warm: {run['model']} b{run['batch']} {run['precision']} {mode}", flush=True)
             except Exception as exc:  # noqa: BLE001 - gpu_run.py reports the failure when it compiles it itself
                 print(f"warm failed: {run['model']} b{run['batch']} {run['precision']} {mode}: {exc}", flush=True)

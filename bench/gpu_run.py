@@ -242,6 +242,12 @@ def measure_graphs(eager, run: dict, feeds: dict, reference: list[np.ndarray], r
         traceback.print_exc()
 
 
+def run_feeds(work: Path, run: dict) -> dict:
+    """A run's batch-1 inputs, repeated to its batch (gpu_pack.py carries batch 1 only)."""
+    with np.load(work / run["feeds"]) as data:
+        return {k: np.ascontiguousarray(np.repeat(data[k], run.get("repeat", 1), axis=0)) for k in data.files}
+
+
 def compile_order(runs: list[dict]) -> list[dict]:
     """The order torch.compile peers are made in (here and by gpu_compile_cache.py): the largest batches first,
     whose compile cells were the ones a deadline left empty."""
@@ -319,9 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     seen_plans: set[str] = set()
 
     def feeds_of(run: dict) -> dict:
-        """The batch-1 inputs, repeated to the run's batch (gpu_pack.py carries batch 1 only)."""
-        with np.load(args.work / run["feeds"]) as data:
-            return {k: np.ascontiguousarray(np.repeat(data[k], run.get("repeat", 1), axis=0)) for k in data.files}
+        return run_feeds(args.work, run)
 
     for run in manifest["runs"]:  # 1. forgekit: correctness and time (what issue 36 needs)
         key = (run["model"], run["batch"], run["precision"])
