@@ -136,7 +136,8 @@ class Report:
             fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else (str(v) if v is not None else "–")  # noqa: E731
             lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r.get('ok', r.get('error', '–'))} | "
                          f"{_num(r.get('cosine'), '.6f')} | {_num(r.get('max_err'), '.2e')} | {fmt(f)} | {fmt(e)} | "
-                         f"{fmt(c)} | {fmt(g)} | {ratio(f, e)} | {ratio(f, c)} | {ratio(f, g)} | {fmt(r.get('tflops'))} |")
+                         f"{fmt(c)} | {fmt(g)} | {ratio(f, e)} | {ratio(f, c)} | {ratio(f, g)} | "
+                         f"{fmt(r.get('tflops'))} |")
         errors = [f"- {r['model']} b{r['batch']} {r['precision']}: {k}: {v}" for r in rows for k, v in r.items()
                   if k.endswith("error")]
         (self.out / "gpu_results.md").write_text("\n".join(lines + [""] + errors) + "\n")
@@ -348,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                 report.set(key, tflops=round(run["gflop"] / ms, 2))
             if torch is not None and run["batch"] > 1 and left() > 120:
                 report.set(key, top_kernels=top_kernels(torch, call))
-            if engine._module.implements_function("forgekit_cudnn_plans", True):  # which algorithm cudnnFind chose per convolution, and what it measured (the
-                # extension keeps its plans for the process: the lines this artifact added)
+            # which algorithm cudnnFind chose per convolution, and what it measured (the extension keeps its plans
+            # for the process: the lines this artifact added)
+            if engine._module.implements_function("forgekit_cudnn_plans", True):
                 plans = engine._module.get_function("forgekit_cudnn_plans", True)()
                 lines = [line for line in str(plans).splitlines() if line not in seen_plans]
                 seen_plans.update(lines)

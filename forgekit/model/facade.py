@@ -359,7 +359,8 @@ class IRModule(QuantizationMixin, PartitionMixin):
         ``encrypt_password`` encrypts the library (AES-256-GCM, key file ``modelKey.bin``).
         ``tuning_trials`` measures schedule knobs (0: reuse ``records`` only), on a board with ``tuning_rpc``
         (a :class:`forgekit.devices.rpc.RpcConfig`); ``tuning_progress(done, total, note)`` reports it.
-        ``gpu_kernels`` (CUDA targets): ``cudnn``, ``vendor``, ``tvm`` or ``auto`` (:class:`forgekit.options.GpuKernels`).
+        ``gpu_kernels`` (CUDA targets): ``cudnn``, ``vendor``, ``tvm`` or ``auto``
+        (:class:`forgekit.options.GpuKernels`).
         """
         kwargs: dict[str, Any] = {} if target is None else {"target": target}
         options = CompileOptions.from_forge(

@@ -68,7 +68,8 @@ def _attention_block(batch: int | str = 2, seq: int = 6, dim: int = 8, heads: in
     nodes.append(helper.make_node("Gelu", ["up"], ["g"], domain="com.microsoft"))
     linear("down", "g", 2 * dim, dim)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, seq, dim])
-    graph = helper.make_graph(nodes, "block", [x], [helper.make_tensor_value_info("down", TensorProto.FLOAT, None)], inits)
+    y = helper.make_tensor_value_info("down", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "block", [x], [y], inits)
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets)
 
