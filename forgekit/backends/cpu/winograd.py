@@ -73,11 +73,23 @@ _OUT_ELEMWISE_FUSABLE, _OPAQUE = 4, 8
 
 #: below this many input channels the two extra passes over memory cost more than the saved multiply-adds
 MIN_CHANNELS = 32
+#: ... except where measured lower, by the fp32 vector lanes.  AVX2 (8 lanes; Zen 3, fp32 conv alone, 2 threads,
+#: min of 7 x 30 calls, direct -> Winograd): 16 -> 16 channels at 80x80 0.326 -> 0.178 ms, 160x160 1.263 -> 1.111,
+#: 40x40 0.080 -> 0.064, 20x20 0.022 -> 0.017; 16 -> 32 at 80x80 0.484 -> 0.350; 16 -> 64 at 55x55 (SqueezeNet's
+#: expand) 0.879 -> 0.353; 24 -> 24 at 40x40 0.183 -> 0.093.  The direct kernel ran those at ~100 GFLOP/s, half
+#: this CPU's fp32 peak (bench/cpu_peak.py: 204).  AVX-512 and NEON keep 32: not measured there
+MIN_CHANNELS_BY_LANES = {8: 16}
 
 
-def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int) -> bool:
+def min_channels(lanes: int) -> int:
+    """The fewest input channels that take Winograd on a CPU of ``lanes`` fp32 vector lanes."""
+    return MIN_CHANNELS_BY_LANES.get(lanes, MIN_CHANNELS)
+
+
+def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int, least: int | None = None) -> bool:
     """Whether the NHWC/HWIO conv2d with ``attrs``, constant weights ``w`` and input ``shape`` takes the Winograd
-    path: 3x3, stride 1, any padding, a dilated height (not width), one group, channels in whole vectors."""
+    path: 3x3, stride 1, any padding, a dilated height (not width), one group, channels in whole vectors, at least
+    ``least`` input channels (default :func:`min_channels`)."""
     kh, kw, icg, oc = w.shape
     if (kh, kw) != (3, 3) or int(attrs.groups) != 1:
         return False
@@ -89,7 +101,7 @@ def applies(attrs: Any, w: np.ndarray, shape: tuple, lanes: int) -> bool:
             return False
     elif not (isinstance(n, int) and n == 1) and int(attrs.dilation[0]) != 1:
         return False  # a symbolic height or width over several images is stacked (emit), a dilated one not
-    return ic == icg and ic >= MIN_CHANNELS and oc % lanes == 0
+    return ic == icg and ic >= (min_channels(lanes) if least is None else least) and oc % lanes == 0
 
 
 def _combo(coef: tuple, get: Any) -> Any:
