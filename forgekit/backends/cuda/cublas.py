@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .dispatch import cast_patterns, dtype_of, extension_compiler, rewrite_patterns, shape_of
+from .dispatch import cast_patterns, dtype_of, extension_compiler, find_cudart, rewrite_patterns, shape_of
 
 #: the packed function's symbol in the artifact (``__tvm_ffi_`` + this)
 FUNCTION = "forgekit_cublas_matmul"
@@ -89,12 +89,7 @@ def calls_cublas(executable: Any) -> bool:
 def find_cublas() -> tuple[Path, Path] | None:
     """``cublas_v2.h`` and ``libcublas.so.13`` (include, lib) from NVIDIA's ``nvidia-cublas`` wheel or a CUDA
     install; None when either is missing."""
-    from ...runtime.device import nvidia_roots
-
-    places = [(r / "cu13" / "include", r / "cu13" / "lib") for r in nvidia_roots()]
-    places.append((Path("/usr/local/cuda/include"), Path("/usr/local/cuda/lib64")))
-    return next(((i, lib) for i, lib in places if (i / "cublas_v2.h").is_file() and (i / "cuda_runtime_api.h").is_file()
-                 and all((lib / name).exists() for name in LIBRARIES)), None)
+    return find_cudart(("cublas_v2.h",), LIBRARIES)
 
 
 def with_extension(fcompile: Any) -> Any:

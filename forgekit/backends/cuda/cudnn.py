@@ -32,7 +32,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .dispatch import cast_patterns, dtype_of, extension_compiler, rewrite_patterns, shape_of, static_ints
+from .dispatch import (
+    cast_patterns,
+    dtype_of,
+    extension_compiler,
+    find_cudart,
+    rewrite_patterns,
+    shape_of,
+    static_ints,
+)
 
 #: the packed function's symbol in the artifact (``__tvm_ffi_`` + this)
 FUNCTION = "forgekit_cudnn_conv2d"
@@ -165,12 +173,10 @@ def find_cudnn() -> CudnnKit | None:
     from ...runtime.device import nvidia_roots
 
     cudnn = [(r / "cudnn" / "include", r / "cudnn" / "lib") for r in nvidia_roots()]
-    cudart = [(r / "cu13" / "include", r / "cu13" / "lib") for r in nvidia_roots()]
     system = (Path("/usr/include"), Path("/usr/lib/x86_64-linux-gnu"))
     kit = next(((i, lib) for i, lib in [*cudnn, system] if (i / "cudnn.h").is_file()
                 and (lib / "libcudnn.so.9").exists()), None)
-    rt = next(((i, lib) for i, lib in [*cudart, (Path("/usr/local/cuda/include"), Path("/usr/local/cuda/lib64"))]
-               if (i / "cuda_runtime_api.h").is_file() and (lib / "libcudart.so.13").exists()), None)
+    rt = find_cudart()
     return CudnnKit(kit[0], kit[1], rt[0], rt[1]) if kit and rt else None
 
 

@@ -1,7 +1,8 @@
 """What the CUDA library routes (:mod:`.cudnn`'s convolutions, :mod:`.cublas`'s matmuls) share: reading a
 Relax value's static shape and dtype, the ``op`` / ``astype(op)`` patterns they rewrite into one
-``call_dps_packed`` each, the single-reader check that keeps a value from being computed twice, and the
-compiler wrapper that builds an extension's C++ source into the artifact's library."""
+``call_dps_packed`` each, the single-reader check that keeps a value from being computed twice, where the CUDA
+runtime's headers and library are, and the compiler wrapper that builds an extension's C++ source into the
+artifact's library."""
 
 from __future__ import annotations
 
@@ -70,6 +71,19 @@ def rewrite_patterns(mod: Any, patterns: list[tuple[Any, dict[str, Any]]],
             func = rewrite_call(pattern, rewriter(parts, single_use(func)), func)
         functions[gv] = func
     return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def find_cudart(headers: tuple[str, ...] = (), libraries: tuple[str, ...] = ()) -> tuple[Path, Path] | None:
+    """(include, lib) holding the CUDA runtime's ``cuda_runtime_api.h`` and ``libcudart.so.13`` and also
+    ``headers`` and ``libraries`` (cuBLAS ships in the same folder): NVIDIA's ``cu13`` wheel folder or
+    ``/usr/local/cuda``; None when no place has them all."""
+    from ...runtime.device import nvidia_roots
+
+    places = [(r / "cu13" / "include", r / "cu13" / "lib") for r in nvidia_roots()]
+    places.append((Path("/usr/local/cuda/include"), Path("/usr/local/cuda/lib64")))
+    return next(((inc, lib) for inc, lib in places
+                 if all((inc / h).is_file() for h in ("cuda_runtime_api.h", *headers))
+                 and all((lib / name).exists() for name in ("libcudart.so.13", *libraries))), None)
 
 
 def extension_compiler(fcompile: Any, source: Path, flags: list[str], libraries: tuple[str, ...]) -> Any:
