@@ -41,13 +41,57 @@ def to_nhwc() -> Any:
     """ConvertLayout: conv2d (and by propagation pooling and elementwise ops) to NHWC data, HWIO kernels."""
     from tvm import relax
 
+    import tvm
+
     complete_layout_rules()
-    return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
-                                          "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
-                                          # as conv2d_transpose: TVM legalizes only NCW.  Since 1-D convs run as
-                                          # NHWC conv2d (passes/conv1d.py), one after them inferred NWC and
-                                          # reached the VM unlowered (fuzz seed 1120)
-                                          "relax.nn.conv1d_transpose": ["NCW", "IOW"]})
+    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
+                                             "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
+                                             # as conv2d_transpose: TVM legalizes only NCW.  Since 1-D convs run
+                                             # as NHWC conv2d (passes/conv1d.py), one after them inferred NWC
+                                             # and reached the VM unlowered (fuzz seed 1120)
+                                             "relax.nn.conv1d_transpose": ["NCW", "IOW"]})
+    return tvm.transform.Sequential([convert, sorted_norm_axes_pass()], name="forgekit.ToNHWC")
+
+
+def sorted_norm_axes_pass() -> Any:
+    """Every ``layer_norm`` and ``rms_norm`` with its ``axes`` in ascending order, its weights permuted to match.
+
+    TVM 0.27's ConvertLayout maps a norm's axes through the new layout in their old order: a LayerNormalization
+    over [C, W] of an NCW tensor (ONNX ``axis=-2``) after a conv becomes ``axes=[2, 1]`` of the NWC one, its
+    [C, W] weights unchanged.  Relax's shape check reads the weights in ``axes`` order, so it passes; the
+    legalization (``topi.nn.layer_norm``) reads them in the data's order, as [W, C]: past their end when W > C.
+    Fuzz seed 4048 (Conv1d -> LayerNormalization over [4, 16]) returned values up to 1e34 at level 3.  The class
+    is every norm over two or more axes whose order the layout change alters (any norm over C and a spatial axis
+    after a conv); a norm over one axis, or axes kept in order, is left as it is."""
+    import tvm
+    from tvm import relax
+
+    ops = {"relax.nn.layer_norm", "relax.nn.rms_norm"}
+
+    @relax.expr_functor.mutator
+    class Sort(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ops:
+                return call
+            ndim = call.args[0].ty.ndim
+            axes = [int(a) % ndim if ndim > 0 else int(a) for a in call.attrs.axes]
+            if ndim <= 0 or axes == sorted(axes):
+                return call
+            order = sorted(range(len(axes)), key=axes.__getitem__)
+            data, *weights = call.args
+            weights = [self.builder_.emit(relax.op.permute_dims(w, order)) for w in weights]
+            a = call.attrs
+            if call.op.name == "relax.nn.layer_norm":
+                return relax.op.nn.layer_norm(data, *weights, sorted(axes), float(a.epsilon), bool(a.center),
+                                              bool(a.scale))
+            return relax.op.nn.rms_norm(data, *weights, sorted(axes), float(a.epsilon))
+
+    @tvm.transform.module_pass(opt_level=0, name="forgekit.SortedNormAxes")
+    def sort(mod: Any, _ctx: Any) -> Any:
+        return rewrite_functions(Sort(mod), mod)
+
+    return sort
 
 
 def to_nhwc_or_keep() -> Any:

@@ -124,3 +124,45 @@ def test_explicit_pads_match_onnxruntime(case: str, value: float, level: int) ->
     for size in (15, 32):
         x = np.random.default_rng(size).standard_normal((1, 3, size, size)).astype(np.float32)
         assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
+
+
+def _conv_then_norm(spatial: list, axis: int, channels: int = 4):
+    """Conv (1-D or 2-D, as many dims as ``spatial``) -> LayerNormalization from ``axis`` on, its weights of
+    the normalized shape (random, so a weight read at the wrong index shows)."""
+    rng = np.random.default_rng(len(spatial) * 10 + axis)
+    k = [3] * len(spatial)
+    shape = [1, channels, *spatial]
+    normalized = shape[axis:]
+    inits = [numpy_helper.from_array((rng.standard_normal((channels, channels, *k)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(normalized).astype(np.float32), "g"),
+             numpy_helper.from_array(rng.standard_normal(normalized).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=k, pads=[1] * (2 * len(spatial))),
+             helper.make_node("LayerNormalization", ["c", "g", "b"], ["y"], axis=axis, epsilon=1e-3)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), shape
+
+
+NORM_CASES = {  # name: (spatial dims, axis): the normalized axes, and whether NHWC reorders them
+    "over [C, W] of NCW, W > C (fuzz seed 4048: read past the weights)": ([16], -2),
+    "over [C, W] of NCW, W < C": ([3], -2),
+    "over [C, H, W] of NCHW": ([5, 6], 1),
+    "over [H, W] of NCHW (order kept)": ([5, 6], 2),
+}
+
+
+@pytest.mark.parametrize("level", OPT_LEVELS)
+@pytest.mark.parametrize("case", sorted(NORM_CASES))
+def test_a_norm_over_axes_the_layout_reorders_matches_onnxruntime(case: str, level: int) -> None:
+    """The class: a LayerNormalization over two or more axes after a conv, whose axes NHWC reorders (channels and
+    a spatial axis).  ConvertLayout kept the weights in the old order while the legalization read them in the new
+    one (``passes.layout.sorted_norm_axes_pass``): values up to 1e34 at level 3.  Every level must match
+    onnxruntime, and after the layout change the norm's axes are ascending."""
+    spatial, axis = NORM_CASES[case]
+    model, shape = _conv_then_norm(spatial, axis)
+    if level == OPT_LEVELS[-1]:
+        script = preprocess(True)(forgekit.from_onnx(model).mod)["main"].script()
+        assert "R.nn.layer_norm" in script and "axes=[2, 1]" not in script and "axes=[3, 1, 2]" not in script
+    run = forgekit.from_onnx(model).get_inference_function("host", opt_level=level)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
