@@ -15,13 +15,10 @@ Adding a pass is one :func:`register_pass` call (a pass module of its own if it 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import UsageError
-
-log = logging.getLogger("forgekit.passes")
 
 OPT_LEVELS: dict[int, str] = {
     0: "legalize and build each operator; no folding or fusion",
@@ -115,20 +112,11 @@ def _combine_parallel_matmul() -> Any:
     pattern rewriter, before its ``check`` callback is asked: "Cannot treat type `ir.PrimType` as type
     `relax.TensorType`" (fuzz seed 4099: compile error at levels 3-4).  Combining is an optimization: each
     matmul then runs on its own, as at level 2.  Kept under TVM's name: compile reports list it so."""
-    import tvm
     from tvm import relax
 
-    inner = relax.transform.CombineParallelMatmul()
+    from .functions import or_keep
 
-    @tvm.ir.transform.module_pass(opt_level=0, name="CombineParallelMatmul")
-    def combine(mod: Any, _ctx: Any) -> Any:
-        try:
-            return inner(mod)
-        except Exception as exc:  # noqa: BLE001 - TVM's own error types
-            log.info("CombineParallelMatmul failed, matmuls kept apart: %s", str(exc).strip().splitlines()[-1])
-            return mod
-
-    return combine
+    return or_keep(relax.transform.CombineParallelMatmul(), "CombineParallelMatmul", "matmuls kept apart")
 
 
 def _fold_batch_norms() -> Any:

@@ -8,13 +8,9 @@ unlowered).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from .functions import rewrite_functions
-
-log = logging.getLogger("forgekit.passes")
-
+from .functions import or_keep, rewrite_functions
 
 #: Unary elementwise ops that TVM 0.27 gives no layout rule (``FRelaxInferLayout``): ConvertLayout puts each
 #: one back in NCHW between two transposes, and the ops after it stay NCHW too.  PLCMOS v2 (conv -> LeakyReLU
@@ -105,16 +101,7 @@ def to_nhwc_or_keep() -> Any:
     import tvm
 
     convert = tvm.transform.Sequential([cast_variables_pass(), to_nhwc()])
-
-    @tvm.transform.module_pass(opt_level=0, name="forgekit.ToNHWCOrKeep")
-    def safe(mod: Any, ctx: Any) -> Any:
-        try:
-            return convert(mod)
-        except Exception as exc:  # noqa: BLE001 - TVM's own error types
-            log.info("ConvertLayout to NHWC failed, keeping NCHW: %s", str(exc).strip().splitlines()[-1])
-            return mod
-
-    return safe
+    return or_keep(convert, "forgekit.ToNHWCOrKeep", "keeping NCHW")
 
 
 def cast_variables_pass() -> Any:
