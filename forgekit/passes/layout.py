@@ -34,10 +34,10 @@ def complete_layout_rules() -> None:
 
 
 def to_nhwc() -> Any:
-    """ConvertLayout: conv2d (and by propagation pooling and elementwise ops) to NHWC data, HWIO kernels."""
-    from tvm import relax
-
+    """ConvertLayout: conv2d (and by propagation pooling and elementwise ops) to NHWC data, HWIO kernels; then the
+    norms it reordered put back in step with their weights (:func:`sorted_norm_axes_pass`)."""
     import tvm
+    from tvm import relax
 
     complete_layout_rules()
     convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
@@ -70,7 +70,7 @@ def sorted_norm_axes_pass() -> Any:
             call = super().visit_call_(call)
             if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ops:
                 return call
-            ndim = call.args[0].ty.ndim
+            ndim = getattr(call.args[0].ty, "ndim", -1)  # -1: unknown rank, left as it is
             axes = [int(a) % ndim if ndim > 0 else int(a) for a in call.attrs.axes]
             if ndim <= 0 or axes == sorted(axes):
                 return call

@@ -2,8 +2,8 @@
 
 The class covered: every 3x3, stride-1, dilation-1, padding-1, ungrouped fp32 (or bf16) convolution with at
 least 32 input channels (16 in fp32 on AVX2) and output channels in whole vectors, at any even or odd static size
-and batch, with or without a fused bias/ReLU/residual epilogue.  Others keep the direct kernel.  Dynamic sizes, dilated heights
-and other paddings: test_winograd_dynamic.py."""
+and batch, with or without a fused bias/ReLU/residual epilogue.  Others keep the direct kernel.  Dynamic sizes,
+dilated heights and other paddings: test_winograd_dynamic.py."""
 
 from __future__ import annotations
 
