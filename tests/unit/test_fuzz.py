@@ -39,6 +39,9 @@ KNOWN_FAILURES: dict[str, str] = {
     # cannot be proven to match; TVM stops at VM codegen and forgekit says to pin the input (--input-shape).
     "slice_last5_symbolic_layernorm_unresolved.onnx": "compile error with a hint to pin the dynamic input: "
                                                       "min(5, W) cannot be proven equal to 5",
+    # Wrong by 2.2e-4 of the output's scale at levels 2-3: a LayerNorm over a constant row (all 0.65) must give
+    # beta exactly; the fp32 sum of 336 equal values rounds, and sqrt(epsilon = 1e-3) magnifies x - mean (seed 4214)
+    "layernorm_constant_row_o2.onnx": "a constant row's mean rounds in the fp32 sum: not fixed (stop 59's note)",
     **{f"compile-error:L{lv}:TVM failed to compile: CodeGenVM cannot emit this Relax operator directly. Run the "
        "appropriate lowering pass, or route ...": "see slice_last5_symbolic_layernorm_unresolved.onnx"
        for lv in range(5)},
