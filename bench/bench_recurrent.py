@@ -13,6 +13,7 @@ cannot be imported).  The cases:
   4 MB of recurrent weights, each step split over the threads).
 * ``bilstm_h512_t8``: a bidirectional LSTM, H=512, 8 steps of 1024 features (ddddocr's CAPTCHA recognizer at
   width 64: 24 MB of weights, a direction per thread).
+* ``bilstm_h512_t40``: the same at 40 steps (ddddocr at width 320).
 * ``gru_uni_h256``: a unidirectional GRU, H=256, 100 steps of 257 features (a spectrogram frame model).
 * ``bigru_h128``: a bidirectional GRU, H=128, 100 steps of 64 features (small: the weights stay in L2).
 
@@ -33,6 +34,7 @@ import numpy as np
 CASES = {  # name: (kind, direction, steps, input features, hidden)
     "lstm_uni_h512": ("LSTM", "forward", 40, 256, 512),
     "bilstm_h512_t8": ("LSTM", "bidirectional", 8, 1024, 512),
+    "bilstm_h512_t40": ("LSTM", "bidirectional", 40, 1024, 512),
     "gru_uni_h256": ("GRU", "forward", 100, 257, 256),
     "bigru_h128": ("GRU", "bidirectional", 100, 64, 128),
 }

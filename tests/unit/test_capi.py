@@ -395,3 +395,26 @@ def test_a_topk_artifact_runs(capi, tmp_path) -> None:
     values, indices = ort_run(model, {"x": x})
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "values.npy"), values)
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "indices.npy"), indices)
+
+
+def test_a_recurrent_layer_whose_steps_split_runs(capi, tmp_path) -> None:
+    """A recurrent layer with large weights splits each step over the threads and asks the pool its size
+    (``runtime.NumThreads``, from the kernel: forgekit/importer/converters/recurrence.py): forgekit-run gives the
+    Python runtime's bits, with 1 thread and with 2, and onnxruntime's values."""
+    import forgekit
+    from forgekit.runtime import Engine
+    from onnx_models import rnn_model
+
+    model = rnn_model(kind="GRU", T="T", N=1, I=8, H=256, direction="bidirectional", with_init=False, seed=2,
+                      outputs=("Y",))
+    ir = forgekit.from_onnx(model)
+    assert any(gv.name_hint.endswith("_split") for gv in ir.mod.get_global_vars())
+    ir.compile(target="host", output_path=tmp_path / "gru")
+    x = np.random.default_rng(1).standard_normal((5, 1, 8)).astype(np.float32)
+    expected = Engine(tmp_path / "gru").infer(x)[0]
+    np.testing.assert_allclose(expected, ort_run(model, {"X": x})[0], rtol=1e-4, atol=1e-5)
+    for threads in ("1", "2"):
+        done = run(capi, tmp_path / "gru", save(tmp_path, "x.npy", x), out=tmp_path / f"out{threads}",
+                   env={"TVM_NUM_THREADS": threads})
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / f"out{threads}" / "Y.npy"), expected)
