@@ -12,11 +12,12 @@ One module per op family: :mod:`.rnn` (LSTM, GRU, RNN), :mod:`.quant`
 (ConvInteger, QLinearConv, QLinearMatMul and com.microsoft QLinear* ops), :mod:`.quant_lstm`
 (com.microsoft DynamicQuantizeLSTM), and fixes of TVM's own:
 :mod:`.slicing` (exact shapes on symbolic dimensions), :mod:`.resize` (ONNX's coordinates, ``axes``),
-:mod:`.pool` (SAME padding), :mod:`.pad` (constant Pad as a Relax op), :mod:`.power` (an exponent of another
-type), :mod:`.shapes` (integer casts of symbolic shapes, Reshape and Tile to shapes read off values),
-:mod:`.expand` (broadcasting on symbolic dimensions), :mod:`.squeeze` (Squeeze without axes on symbolic
-dimensions: the rank the model declares); :mod:`.loop` (ONNX Loop as a recursive Relax function).  Any
-converter's tensor of known rank but unknown extents gets symbols (:func:`with_symbolic_shape`).
+:mod:`.pool` (SAME padding), :mod:`.einsum` (matrix products as matmul), :mod:`.pad` (constant Pad as a
+Relax op), :mod:`.power` (an exponent of another type), :mod:`.shapes` (integer casts of symbolic shapes,
+Reshape and Tile to shapes read off values), :mod:`.expand` (broadcasting on symbolic dimensions),
+:mod:`.squeeze` (Squeeze without axes on symbolic dimensions: the rank the model declares); :mod:`.loop`
+(ONNX Loop as a recursive Relax function).  Any converter's tensor of known rank but unknown extents gets
+symbols (:func:`with_symbolic_shape`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _fe
 
 from ..errors import ConversionError, ImportErrorBase, one_line
-from . import expand, loop, onehot, pad, pool, power, quant, quant_lstm, resize, rnn, shapes, slicing, squeeze
+from . import (einsum, expand, loop, onehot, pad, pool, power, quant, quant_lstm, resize, rnn, shapes, slicing,
+               squeeze)
 
 #: op_type -> converter class; add your own with :func:`register_converter`.
 EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **quant_lstm.CONVERTERS,
@@ -37,7 +39,7 @@ EXTRA_CONVERTERS: dict[str, type] = {**rnn.CONVERTERS, **quant.CONVERTERS, **qua
                                      **resize.CONVERTERS, **pool.CONVERTERS, **onehot.CONVERTERS,
                                      **shapes.CONVERTERS, **loop.CONVERTERS,
                                      **expand.CONVERTERS, **squeeze.CONVERTERS, **power.CONVERTERS,
-                                     **pad.CONVERTERS}
+                                     **pad.CONVERTERS, **einsum.CONVERTERS}
 
 #: ops handled outside the convert map: If by the frontend itself, Scan rewritten as a Loop before
 #: conversion (importer/loops.py).
