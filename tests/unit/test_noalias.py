@@ -64,28 +64,22 @@ def test_kernels_keep_noalias_where_the_shape_function_sorts_last(case: str) -> 
 
 
 def test_the_pass_marks_only_functions_of_one_pointer() -> None:
+    import tvm
+
     from forgekit.backends.cpu.noalias import NOALIAS, noalias_where_trivial
 
-    src = """
+    one = """
 @T.prim_func
 def one(a: T.Buffer((4,), "int64")):
     a[0] = a[1]
-
+"""
+    two = """
 @T.prim_func
 def two(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
     for i in range(4):
         b[i] = a[i]
 """
-    mod = noalias_where_trivial()(_module(src))
+    mod = noalias_where_trivial()(tvm.IRModule({"one": tvm.script.from_source(one),
+                                                "two": tvm.script.from_source(two)}))
     assert mod["one"].attrs[NOALIAS]
     assert mod["two"].attrs is None or NOALIAS not in mod["two"].attrs
-
-
-def _module(src: str) -> object:
-    import tvm
-
-    funcs = {}
-    for part in src.split("@T.prim_func")[1:]:
-        func = tvm.script.from_source("@T.prim_func" + part)
-        funcs[part.split("def ")[1].split("(")[0]] = func
-    return tvm.IRModule(funcs)

@@ -27,11 +27,7 @@ NOALIAS = "tirx.noalias"
 def _pointer_params(func: Any) -> int:
     from tvm import ir, tirx
 
-    def is_pointer(param: Any) -> bool:
-        ty = getattr(param, "ty", None)
-        return isinstance(ty, (ir.PointerType, tirx.BufferType)) if ty is not None else False
-
-    return sum(1 for p in func.params if is_pointer(p))
+    return sum(1 for p in func.params if isinstance(getattr(p, "ty", None), (ir.PointerType, tirx.BufferType)))
 
 
 def noalias_where_trivial() -> Any:

@@ -129,9 +129,10 @@ def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 
     total0 = 1
     for e in exts:
         total0 *= e
+    # whether a ragged innermost axis may take _ragged_rows (below): fusing loops changes none of this
+    ragged = bool(total0 % lanes) and narrowable(sch.mod["main"]) and not _reads_flat(sch.get(block))
     if exts[-1] < lanes and len(loops) >= 3:
-        # whole vectors per row, or enough of them that the cut one is a small part (ragged rows below)
-        ragged = bool(total0 % lanes) and narrowable(sch.mod["main"]) and not _reads_flat(sch.get(block))
+        # whole vectors per row, or enough of them that the cut one is a small part (ragged rows)
         loops, exts = _fuse_contiguous_tail(sch, block, loops, exts, lanes,
                                             lambda span: span % lanes == 0 or (ragged and span >= 4 * lanes))
     inner_e = exts[-1]
@@ -152,7 +153,7 @@ def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 
         if ext(sch, o) >= min_par:
             sch.parallel(o)
         return
-    if inner_e > lanes and total0 % lanes and narrowable(sch.mod["main"]) and not _reads_flat(sch.get(block)):
+    if inner_e > lanes and ragged:
         _ragged_rows(sch, loops, lanes, total0 >= MIN_PARALLEL_ELEMS)
         return
     total = 1
@@ -264,7 +265,8 @@ def _fuse_contiguous_tail(sch: Schedule, block: SBlockRV, loops: list[LoopRV], e
     a cut one ([1, 512, 7, 7]) were slower (9.7 -> 13.8 us), and a total of whole vectors, which the fused
     loop takes with a division per lane for the bias ([8, 512, 7, 7]), much slower (16.9 -> 206 us): those
     keep the small-axis path."""
-    ivars = [iv.var for iv in sch.get(block).iter_vars]
+    node = sch.get(block)
+    ivars = [iv.var for iv in node.iter_vars]
     n, span = 1, exts[-1]
     while span < lanes and n < len(loops) - 1:
         n, span = n + 1, span * exts[-n - 1]
@@ -282,8 +284,7 @@ def _fuse_contiguous_tail(sch: Schedule, block: SBlockRV, loops: list[LoopRV], e
         return all(m.same_as(v) and isinstance(d, tirx.IntImm) and int(d) == e and int(r.extent) == 1
                    for m, v, d, e, r in zip(mins, tail, shape[-n:], exts[-n:], region[-n:]))
 
-    block_node = sch.get(block)
-    if not all(whole_or_none(a) for a in (*block_node.reads, *block_node.writes)):
+    if not all(whole_or_none(a) for a in (*node.reads, *node.writes)):
         return loops, exts
     return loops[:-n] + [sch.fuse(*loops[-n:])], exts[:-n] + [span]
 
