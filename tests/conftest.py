@@ -124,18 +124,40 @@ def scheduled_kernels(model: Any, shape_dict: dict, opt_level: int = 3) -> tuple
     return captured["mod"], run
 
 
+def library_ir(model: Any) -> str:
+    """The LLVM IR of ``model``'s host library, built as ``forgekit compile -t host`` builds it
+    (forgekit.build._lower: the backend's Relax and TIR pipelines)."""
+    import tvm
+
+    import forgekit
+    from forgekit.backends.pipeline import build_scope, lowering_pipeline, tir_pipeline
+    from forgekit.build import tvm_target_for
+    from forgekit.targets.parse import parse_target
+
+    spec = parse_target("host")
+    target = tvm_target_for(spec, 3)
+    with target, build_scope(spec, 3):
+        mod = forgekit.from_onnx(model).mod
+        executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(spec, target, 3),
+                                 tir_pipeline=tir_pipeline(spec))
+    [llvm] = executable.mod.imports
+    return llvm.inspect_source("ll")
+
+
 def vectorized_tir(func: Any) -> str:
-    """A scheduled kernel through TVM's s_tir pipeline up to VectorizeLoop, in its order, with the pass forgekit's
-    CPU pipeline puts first (:func:`forgekit.backends.cpu.stack_tiles.keep_partition_hints`): what tests read
+    """A scheduled kernel through TVM's s_tir pipeline up to VectorizeLoop, in its order, with the passes forgekit's
+    CPU pipeline puts first that shape loops (:func:`forgekit.backends.cpu.vector_lanes.power_of_two_vectors`,
+    :func:`forgekit.backends.cpu.stack_tiles.keep_partition_hints`): what tests read
     to see whether a loop stayed vectorized (``T.Ramp``) or was scalarized."""
     import tvm
     import tvm.s_tir
 
     from forgekit.backends.cpu.stack_tiles import keep_partition_hints
+    from forgekit.backends.cpu.vector_lanes import power_of_two_vectors
 
     s_tir, tirx = tvm.s_tir.transform, tvm.tirx.transform
     lower = tvm.transform.Sequential([
-        keep_partition_hints(), s_tir.LowerInitBlock(), s_tir.ConvertBlocksToOpaque(), s_tir.LowerOpaqueBlock(),
+        power_of_two_vectors(), keep_partition_hints(), s_tir.LowerInitBlock(), s_tir.ConvertBlocksToOpaque(), s_tir.LowerOpaqueBlock(),
         tirx.FlattenBuffer(), tirx.NarrowDataType(32), s_tir.LoopPartition(), tirx.VectorizeLoop()])
     with tvm.target.Target("llvm"):
         return lower(tvm.IRModule({"main": func}))["main"].script()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import forgekit
+from conftest import library_ir
 from onnx_models import rnn_model
 
 _COMPUTE = re.compile(r"define internal fastcc (?:range\([^)]*\) )?\w+ @(\w+)_compute_\((.*)\) (?:local_)?unnamed_addr")
@@ -29,29 +29,10 @@ def _mlp(dynamic: str) -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _library_ir(model: object) -> str:
-    """The LLVM IR of the model's host library, built as ``forgekit compile -t host`` builds it
-    (forgekit.build._lower: the backend's Relax and TIR pipelines)."""
-    import tvm
-
-    from forgekit.backends.pipeline import build_scope, lowering_pipeline, tir_pipeline
-    from forgekit.build import tvm_target_for
-    from forgekit.targets.parse import parse_target
-
-    spec = parse_target("host")
-    target = tvm_target_for(spec, 3)
-    with target, build_scope(spec, 3):
-        mod = forgekit.from_onnx(model).mod
-        executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(spec, target, 3),
-                                 tir_pipeline=tir_pipeline(spec))
-    [llvm] = executable.mod.imports
-    return llvm.inspect_source("ll")
-
-
 @pytest.mark.parametrize("case", ["lstm_dynamic_length", "mlp_dynamic_batch"])
 def test_kernels_keep_noalias_where_the_shape_function_sorts_last(case: str) -> None:
     model = rnn_model(kind="LSTM", T="T", I=8, H=32) if case == "lstm_dynamic_length" else _mlp("N")
-    ir = _library_ir(model)
+    ir = library_ir(model)
     computes = dict(_COMPUTE.findall(ir))
     kernels = {name: params for name, params in computes.items() if name != "shape_func"}
     # TVM keeps a kernel's body in a function of its own only when it gives it a noalias parameter (NoInline

@@ -13,7 +13,8 @@ default included).
 TVM has no hook for a pass before ``LowerTVMBuiltin`` other than a named TIR pipeline (``tirx.build`` takes
 a name, and the ``tirx.add_lower_pass`` option is no longer read): :func:`tir_pipeline` registers
 ``forgekit_cpu``, TVM's default ``s_tir`` pipeline with this pass first among the host finalization passes,
-and :func:`keep_partition_hints` (after :func:`.noalias.noalias_where_trivial`) before the whole of it.
+and :func:`keep_partition_hints` (after :func:`.noalias.noalias_where_trivial` and
+:func:`.vector_lanes.power_of_two_vectors`) before the whole of it.
 """
 
 from __future__ import annotations
@@ -139,9 +140,11 @@ def _factory(**kwargs: Any) -> Any:
     from tvm.tirx import compilation_pipeline
 
     from .noalias import noalias_where_trivial
+    from .vector_lanes import power_of_two_vectors
 
     pipeline, host, device = compilation_pipeline.PIPELINE_MAP["s_tir"](**kwargs)
-    return (tvm.ir.transform.Sequential([noalias_where_trivial(), keep_partition_hints(), pipeline]),
+    return (tvm.ir.transform.Sequential([noalias_where_trivial(), power_of_two_vectors(), keep_partition_hints(),
+                                         pipeline]),
             (lambda: tvm.ir.transform.Sequential([keep_tiles_on_stack(), host()])), device)
 
 
