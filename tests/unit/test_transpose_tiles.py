@@ -88,3 +88,33 @@ def test_reads_along_the_innermost_axis_or_short_tiles_are_left_alone(shape, per
     assert not any(_tiled(k) for k in kernels)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize(("shape", "perm"), [
+    ([1, 32, "W", 24], [0, 3, 1, 2]),  # the NHWC -> NCHW output of a dynamic-width conv net
+    ([2, 24, 8, "W"], [0, 1, 2, 3]),  # an elementwise kernel over a dynamic last axis, read in order
+])
+def test_a_symbolic_innermost_axis_stays_a_loop_inside_parallel_static_rows(shape, perm) -> None:
+    """Only the innermost axis symbolic: the rows (the static axes) run in parallel and the symbolic axis is a loop
+    inside each.  All fused into one parallel loop, every element paid two 64-bit divisions by the symbolic
+    extent to find its row: [1, 32, W, 24] -> [1, 24, 32, W] at W=160 took 0.162 ms, now 0.075 (2 threads, an
+    AVX-512 Xeon; its static twin, in tiles, 0.048)."""
+    import tvm
+    import tvm_ffi
+
+    model = _transpose(shape, perm)
+    mod, run = scheduled_kernels(model, {"x": shape})
+    [kernel] = [f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint != "shape_func"]
+    parallel = []
+
+    def note(loop):
+        if loop.kind == tvm.tirx.ForKind.PARALLEL:
+            parallel.append(loop)
+        return loop
+
+    tvm_ffi.structural_map(kernel.body, [(tvm.tirx.For, note)], order="post")
+    rows = int(np.prod([shape[p] for p in perm[:-1]]))
+    assert [int(p.extent) for p in parallel if isinstance(p.extent, tvm.tirx.IntImm)] == [rows], kernel.script()
+    for width in (5, 37, 160):
+        x = np.random.default_rng(width).standard_normal([width if d == "W" else d for d in shape]).astype(np.float32)
+        assert_close(np.asarray(run(x)), ort_run(model, {"x": x})[0])

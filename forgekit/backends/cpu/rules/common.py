@@ -119,6 +119,17 @@ def parallel_spatial(sch: Schedule, block: SBlockRV, lanes: int, min_par: int = 
             if ext(sch, outer) > 1:
                 sch.parallel(outer)
             return
+        if first == len(loops) - 1 and first:
+            # only the innermost axis is symbolic (an NHWC -> NCHW output of a dynamic-width conv net, a
+            # dynamic length's last axis): fused into the parallel loop, every element paid two 64-bit
+            # divisions by it to find its row.  Parallel over the static rows, the symbolic axis a plain loop
+            # inside (LLVM vectorizes it where it reads contiguously)
+            static = 1
+            for e in exts[:first]:
+                static *= e
+            outer = sch.fuse(*loops[:first]) if first > 1 else loops[0]
+            sch.parallel(outer if static >= 2 else loops[-1])
+            return
         if first < len(loops) - 1 and exts[-1] is not None and exts[-1] % lanes == 0:
             _, vi = sch.split(loops[-1], [None, lanes])
             sch.vectorize(vi)
