@@ -90,8 +90,8 @@ def _split_loops(func: Any) -> Any:
             pieces = sch.loop_partition(loops[0], parts[:-1] + [None])
         except s_tir.ScheduleError:
             return func
-        vector_vars.update(sch.get(piece).loop_var for piece, lanes in zip(pieces, parts)
-                           if lanes >= MIN_LANES and lanes & (lanes - 1) == 0)
+        # every part of MIN_LANES or more is a power of two (power_of_two_parts)
+        vector_vars.update(sch.get(piece).loop_var for piece, lanes in zip(pieces, parts) if lanes >= MIN_LANES)
     # the parts are vectorized as their loop was, by kind: ``sch.vectorize`` would check their dataflow anew and
     # refuse parts of a block it accepted whole (a predicated epilogue, a reduction's init)
     return _vectorize(sch.mod["main"], vector_vars)
