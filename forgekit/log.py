@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import threading
+import traceback
 import warnings
 from typing import IO, Iterator
 
@@ -155,6 +156,12 @@ def quiet_native(stage: str) -> Iterator[None]:
                 # log; let them die while the output is still redirected.  They live in the frames of the
                 # original error that a one-line error replaced ("raise ... from None"): drop those first.
                 _drop_suppressed(error)
+                if "KeyboardInterrupt" in type(error).__name__:  # or the TVM error carrying one
+                    # Ctrl-C: the interrupt's own traceback holds the frames it cut short (the ONNX importer's,
+                    # with its BlockBuilder), alive until the CLI has printed its line and stderr is back.
+                    # No traceback of an interrupt is ever shown, so their locals are let go here (CI: "error:
+                    # interrupted" followed by "BlockBuilder destroyed with remaining blocks!").
+                    traceback.clear_frames(error.__traceback__)
                 gc.collect()
                 raise
     finally:

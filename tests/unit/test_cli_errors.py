@@ -63,7 +63,11 @@ def test_ctrl_c_during_a_compile_exits_130_and_leaves_nothing(tmp_path: Path, af
     time.sleep(after)  # importing and compiling ResNet-50 takes longer than this (16 s)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 130 and stderr.strip() == "error: interrupted", stderr
+    *progress, last = stderr.strip().splitlines()
+    # a loaded machine (CI) can reach the kernels before the signal: a log (no terminal) then has a line per
+    # stage of a step that ran past QUIET_SECONDS, which is all that may precede the one error line
+    assert proc.returncode == 130 and last == "error: interrupted", stderr
+    assert all(line.startswith("compiling for ") and line.endswith("…") for line in progress), stderr
     assert list(tmp_path.iterdir()) == []
 
 

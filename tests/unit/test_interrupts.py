@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -96,3 +98,39 @@ def test_an_error_after_the_interrupt_is_the_interrupt() -> None:
         with interrupts.watch():
             assert _swallowed_sigint()
             raise ValueError("what a stage made of the interrupted TVM call")
+
+
+_OPEN_BLOCK_INTERRUPTED = """
+import sys
+from tvm import relax
+from forgekit import log
+
+def importer():
+    bb = relax.BlockBuilder()  # as the ONNX importer's, with a block open when Ctrl-C lands
+    bb._begin_dataflow_block()
+    raise KeyboardInterrupt
+
+try:
+    with log.quiet_native("import"):
+        importer()
+except KeyboardInterrupt:
+    pass  # the CLI prints its one line here; the traceback, and what its frames hold, die after it
+print("error: interrupted", file=sys.stderr)
+"""
+
+
+def test_what_an_interrupted_stage_leaves_dies_while_its_output_is_still_redirected() -> None:
+    # CI: "error: interrupted" then TVM's "BlockBuilder destroyed with remaining blocks!" when Ctrl-C landed
+    # inside the ONNX import; the interrupt's traceback kept the importer's frames, and their BlockBuilder,
+    # alive until the CLI had restored stderr
+    proc = subprocess.run([sys.executable, "-c", _OPEN_BLOCK_INTERRUPTED], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stderr.strip() == "error: interrupted", proc.stderr
+    assert "BlockBuilder destroyed" in log_captured_by(_OPEN_BLOCK_INTERRUPTED)
+
+
+def log_captured_by(script: str) -> str:
+    """What the stage's redirect caught: the destructor's line belongs there."""
+    probe = script.replace('print("error: interrupted", file=sys.stderr)',
+                           'print(log.captured["import"], file=sys.stderr)')
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120).stderr
