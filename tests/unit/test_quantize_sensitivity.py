@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import forgekit
 from forgekit.quantize import graph, plan
-from forgekit.quantize.agreement import channel_cosine
+from forgekit.quantize.agreement import agreement, channel_cosine, output_entries
 from forgekit.quantize.report import local_snr
 
 OPTS = {"per_channel": True, "calib_method": "minmax", "smoothing": None, "quant_type": "static"}
@@ -71,6 +71,34 @@ def test_channel_cosine_sees_every_channel() -> None:
     assert whole > 0.9999 and abs(channel_cosine(got, ref) - 0.6) < 1e-9  # (1 + 1 + 0.2 + 0.2) / 4
     assert channel_cosine(np.ones((2, 3)), np.ones((2, 3))) is None  # [N, D]: no channels
     assert channel_cosine(np.zeros((1, 2, 3)), np.zeros((1, 2, 3))) == 1.0
+
+
+def _served(bad: list[float], n: int) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """``n`` samples of a [1, 6, 50] detector-like output, served exactly except those of ``bad``, whose second
+    half of each channel is off by that much (0.1: cosine 0.996, 0.3: 0.974)."""
+    rng = np.random.default_rng(3)
+    ref = [[rng.uniform(0.0, 1.0, (1, 6, 50)).astype(np.float32)] for _ in range(n)]
+    got = [[r[0].copy()] for r in ref]
+    for i, error in enumerate(bad):
+        got[i][0][..., 25:] += error
+    return ref, got
+
+
+def test_one_badly_served_sample_is_not_hidden_by_the_others() -> None:
+    # the mean over the samples judged: NudeNet 320n uint8, 6 calibration photos, mean class-score cosine 0.99
+    # with one photo at 0.964, and max_accuracy_drop=0.01 kept no layer in fp32
+    ref, got = _served([0.3], 6)
+    entry = output_entries(ref, got)[0]
+    assert entry["cosine"] > 0.99 > entry["worst_cosine"]  # the mean passes a 0.01 budget, the worst does not
+    assert agreement([entry]) == min(entry["worst_cosine"], entry["worst_channel_cosine"]) < 0.99
+
+
+def test_among_many_samples_the_very_worst_few_do_not_decide() -> None:
+    ref, got = _served([3.0] * 2 + [0.1] * 3, 41)  # 41 samples: the worst 2 (5 %) are set aside, then 0.1's
+    entry = output_entries(ref, got)[0]
+    assert entry["worst_cosine"] > 0.99 and entry["worst_cosine"] < 1.0
+    ref, got = _served([3.0] * 3, 41)  # a third one counts
+    assert output_entries(ref, got)[0]["worst_cosine"] < 0.9
 
 
 def test_gated_model_is_the_float_and_the_int8_model() -> None:
