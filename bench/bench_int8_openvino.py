@@ -11,14 +11,14 @@
     ``PERFORMANCE_HINT=LATENCY``);
 (d) cosine of every int8 output against onnxruntime fp32 on held-out inputs, the worst sample's (and of the
     class-score rows 4: of a YOLO ``[1, 4 + C, A]`` output: ``--yolo``, or C = 80), with the detections both
-    make (score >= 0.25, NMS at IoU 0.45, as NudeNet and Ultralytics decode): those of fp32 found again (same
-    class, IoU >= 0.5), missed, and extra, and the largest score change of the ones found; and the latency
-    ratios.
+    make (score >= 0.25, NMS at IoU 0.45, as NudeNet and Ultralytics decode): how many fp32 makes, how many
+    of those int8 finds again (same class, IoU >= 0.5), its extra ones, and the largest score change of the
+    ones found; and the latency ratios.
 
 nncf and openvino are benchmark-only dependencies (``pip install nncf openvino``); forgekit never imports them.
 Samples are seeded uniform [0, 1) images (what a detector's preprocessing produces) unless ``--calib-data``
 (and ``--held-data``) name folders of .npy files: ``bench/photos.py`` writes real photos so.  NudeNet 320n on
-them (``--yolo --calib-data P/calib --held-data P/held --activation-dtype uint8``) is docs/quantization.md's table.
+them: ``--shape 1,3,320,320 --yolo --calib-data P/calib --held-data P/held``.
 """
 
 from __future__ import annotations
@@ -98,9 +98,13 @@ def _compare(name: str, outs: list[np.ndarray], ref: list[np.ndarray], yolo: boo
     return res
 
 
+#: accuracy keys that count detections (summed over the samples, printed as integers)
+COUNTS = ("_dets", "_found", "_extra")
+
+
 def _summary(key: str, values: list[float]) -> float:
     """Over the held-out samples: the worst cosine, the total of detection counts, the largest error."""
-    if key.endswith(("_dets", "_found", "_extra")):
+    if key.endswith(COUNTS):
         return float(sum(values))
     return min(values) if "cos" in key else max(values)
 
@@ -205,7 +209,7 @@ def run(args: argparse.Namespace) -> dict:
           f"/ openvino-f32 = {rec['ratio_forgekit_int8_vs_openvino_f32']:.2f}x   "
           f"/ onnxruntime-fp32 = {rec['ratio_forgekit_int8_vs_onnxruntime_fp32']:.2f}x")
     for k, v in accuracy.items():
-        print(f"  {k:34s} {int(v) if k.endswith(('_dets', '_found', '_extra')) else f'{v:.5f}'}")
+        print(f"  {k:34s} {int(v) if k.endswith(COUNTS) else f'{v:.5f}'}")
     (out / f"{stem}.int8_openvino.json").write_text(json.dumps(rec, indent=2) + "\n")
     if args.profile:
         from forgekit.evaluate.bench import benchmark_artifact
