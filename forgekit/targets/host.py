@@ -27,9 +27,10 @@ def detect_host() -> dict[str, Any]:
     target: dict[str, Any] = {"kind": "llvm", "mtriple": host_triple(), "num-cores": cores}
     if cpu and cpu != "generic":
         target["mcpu"] = cpu
-        extra = unnamed_host_features(cpu, target["mtriple"])
-        if extra:
-            target["mattr"] = [f"+{f}" for f in extra]
+        mattr = [f"+{f}" for f in unnamed_host_features(cpu, target["mtriple"])]
+        mattr += [f"-{f}" for f in masked_host_features(cpu, target["mtriple"])]
+        if mattr:
+            target["mattr"] = mattr
     return target
 
 
@@ -50,6 +51,28 @@ def unnamed_host_features(cpu: str, mtriple: str) -> list[str]:
     have = host_features() & CODEGEN_FEATURES
     named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple}))
     return sorted(f for f in have - named if not f.startswith("amx"))
+
+
+def masked_host_features(cpu: str, mtriple: str) -> list[str]:
+    """Instruction-set extensions LLVM's name for this CPU implies that it does not execute (CPUID and the OS,
+    as the runtime checks them): a virtual machine may keep the host's CPUID model and mask features.
+
+    An Intel Xeon VM whose hypervisor leaves AMX out (no CPUID bits, no XCR0 state) is ``emeraldrapids`` to
+    LLVM, which implies AMX: every ``-t host`` artifact required amx-tile, amx-int8 and amx-bf16, and the
+    runtime refused to load it on the machine that had just built it.  A VM that masks AVX-512 on a
+    ``skylake-avx512`` host would have got AVX-512 code it cannot run.  Only features the runtime can ask the
+    CPU about are compared (:data:`.runtime.cpu.CODEGEN_FEATURES`), and nothing when it cannot ask at all.
+    """
+    import tvm
+
+    from ..runtime.cpu import CODEGEN_FEATURES, host_features
+    from .isa import llvm_features
+
+    have = host_features()
+    if not have:  # a CPU that cannot be asked: LLVM's name is all there is
+        return []
+    named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple}))
+    return sorted((named & CODEGEN_FEATURES) - have)
 
 
 def check_llvm_cpu(tdict: dict[str, Any], triple: str) -> None:

@@ -132,14 +132,17 @@ def test_prime_row_counts_get_whole_register_tiles(rows: int) -> None:
 def test_prime_row_counts_are_padded_on_every_vector_width(mcpu: str) -> None:
     """On AVX2 (8 accumulators) the padded tile's reuse is at most twice the 1-row tile's, and weighing it by the
     rows it adds (197/198) kept it under the bar, so AVX2 hosts ran ViT's 197 tokens in 1-row tiles: [197, 768]
-    x [768, 768] 2.54 -> 1.38 ms on a Zen 3 once padded (onnxruntime 1.26).  Checked for any host by target."""
+    x [768, 768] 2.54 -> 1.38 ms on a Zen 3 once padded (onnxruntime 1.26).  On AVX-512 a prime up to 23 fits
+    one tall tile of one vector (19 x 1, each broadcast feeding one multiply-add), which is padded as well: 13
+    and 19 pixels were left so (a 1x1 conv 256->64 on 19x19: 82.8 us, padded to 5 x 4: 41.9).  Checked for any
+    host by target."""
     import tvm
 
     from forgekit.backends.cpu.tiling import choose_tiles, padded_rows
     from forgekit.targets.isa import isa_info
 
     tinfo = isa_info(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
-    for cols, rows in ((96, 197), (768, 197), (384, 101), (64, 19)):
+    for cols, rows in ((96, 197), (768, 197), (384, 101), (64, 19), (64, 13)):
         padded = padded_rows(cols, rows, tinfo)
         assert rows < padded <= rows + max(2, rows // 8) and choose_tiles(cols, padded, tinfo)[1] >= 2, (cols, rows)
     assert padded_rows(96, 196, tinfo) == 196  # 196 = 4 * 49 already has good tiles

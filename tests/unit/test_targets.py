@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import platform
 import shutil
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import forgekit
 from forgekit.errors import TargetError, ToolchainError
 from forgekit.targets import TAGS, parse_target
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import assert_close, ort_run  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -146,12 +153,72 @@ def test_host_has_every_vector_extension_the_cpu_executes(monkeypatch) -> None:
     from forgekit.runtime import cpu
     from forgekit.targets.isa import isa_info
 
+    rocketlake = _named("rocketlake")  # a CPU that executes what its name implies, and more
     monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: "rocketlake")
-    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx2", "avx512f", "avx512bf16", "avx512fp16",
-                                                                  "amx-tile", "amx-bf16", "aes"}))
+    monkeypatch.setattr(cpu, "host_features", lambda: rocketlake | {"avx512bf16", "avx512fp16", "amx-tile",
+                                                                     "amx-bf16", "aes"})
     spec = parse_target("host")
     assert spec.target["mcpu"] == "rocketlake"
     assert spec.target["mattr"] == ["+avx512bf16", "+avx512fp16"]  # no AMX (intrinsics only), no aes (not codegen)
     assert {"avx512bf16", "avx512fp16"} <= isa_info(spec.tvm_target()).features
-    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(cpu, "host_features", lambda: rocketlake)
     assert "mattr" not in parse_target("host").target  # the name says it all: the target is as before
+
+
+def _named(mcpu: str) -> frozenset[str]:
+    """The instruction-set extensions (of those the runtime checks) LLVM's name ``mcpu`` implies."""
+    import tvm
+
+    from forgekit.runtime.cpu import CODEGEN_FEATURES
+    from forgekit.targets.isa import llvm_features
+
+    return llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-linux-gnu"})) \
+        & CODEGEN_FEATURES
+
+
+@pytest.mark.parametrize(("mcpu", "masked", "lanes"), [("sapphirerapids", ("amx",), 16),
+                                                        ("skylake-avx512", ("avx512",), 8)])
+def test_host_leaves_out_what_its_name_implies_and_the_cpu_lacks(monkeypatch, mcpu: str, masked: tuple[str, ...],
+                                                                 lanes: int) -> None:
+    """A VM may keep its host's CPUID model and mask features: this session's Xeon is ``emeraldrapids`` to LLVM,
+    which implies AMX, but its hypervisor leaves AMX out; every ``-t host`` artifact required amx-tile, amx-int8
+    and amx-bf16, and the runtime refused to load it on the machine that had just built it.  A VM masking
+    AVX-512 likewise: ``host`` is the name minus what the CPU lacks, so its code and tiles are AVX2's."""
+    import tvm
+
+    from forgekit.runtime import cpu
+    from forgekit.targets.isa import isa_info, required_cpu_features
+
+    have = frozenset(f for f in _named(mcpu) if not f.startswith(masked))
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: mcpu)
+    monkeypatch.setattr(cpu, "host_features", lambda: have)
+    spec = parse_target("host")
+    assert spec.target["mcpu"] == mcpu
+    assert spec.target["mattr"] == sorted(f"-{f}" for f in _named(mcpu) - have)
+    assert set(required_cpu_features(spec.tvm_target())) <= have
+    assert isa_info(spec.tvm_target()).vec_lanes == lanes
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset())  # a CPU that cannot be asked: the name
+    assert "mattr" not in parse_target("host").target
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86-64 CPU name")
+def test_a_host_build_loads_where_its_cpu_name_implies_more(monkeypatch, tmp_path) -> None:
+    """End to end on this machine: LLVM names the CPU ``graniterapids`` (AMX-FP16, AVX512-FP16, ...), which no
+    machine here fully is; the host build runs here and matches onnxruntime."""
+    import tvm
+    from onnx import TensorProto, helper, numpy_helper
+
+    from forgekit.runtime import Engine
+    from forgekit.runtime.cpu import host_features
+
+    if not host_features():
+        pytest.skip("this CPU cannot be asked for its features")
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "c",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: "graniterapids")
+    result = forgekit.from_onnx(model).compile("host", output_path=str(tmp_path / "out"))
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    assert_close(Engine(result.path).infer(x), ort_run(model, {"x": x})[0])

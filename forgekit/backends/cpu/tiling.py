@@ -37,8 +37,19 @@ def acc_scope(nbytes: int) -> str:
 
 def stack_budget(tinfo: IsaInfo, lanes: int | None = None, elem_bytes: int = 4) -> int:
     """Vector accumulators of ``lanes`` (default: the target's fp32 lanes) elements a tile may hold:
-    the register budget, capped to fit on the stack."""
-    return max(1, min(tinfo.acc_budget, (STACK_BYTES - 1) // ((lanes or tinfo.vec_lanes) * elem_bytes)))
+    the register budget, capped to fit on the stack as CPU builds keep it (:data:`.stack_tiles.STACK_TILE_BYTES`).
+
+    Capped at TVM's own 1 KB (:data:`STACK_BYTES`) instead, an AVX-512 tile held 15 of its 24 accumulators:
+    PP-OCRv6 rec's 1x1 convs over 80-pixel rows got 5 rows x 2 vectors, not 5 x 4.  Measured on a Xeon
+    (AVX-512, 2 threads, A/B interleaved in one process, outputs bit-identical), with :func:`_reuse`'s padding
+    of tall tiles: a 6x80 384->192 1x1 conv 192 -> 252 GFLOP/s; NudeNet 320n 11.8 -> 10.2 ms, PP-OCRv4 det
+    43.0 -> 38.6, rec 10.8 -> 9.9, ResNet-18 13.0 -> 12.1, MobileNetV2 4.41 -> 4.11, ResNet-50 42.4 -> 42.0,
+    uint8 NudeNet 5.7 -> 4.5; the portable build's v4 level likewise (NudeNet 10.2 -> 9.1, SqueezeNet 4.33 ->
+    3.35, MobileNetV2 4.56 -> 4.84), its v3 level, which packs weights as v4 does, 0.92-1.00x.  AVX2's 8
+    accumulators (256 bytes) were never capped."""
+    from .stack_tiles import STACK_TILE_BYTES
+
+    return max(1, min(tinfo.acc_budget, (STACK_TILE_BYTES - 1) // ((lanes or tinfo.vec_lanes) * elem_bytes)))
 
 
 def _symbolic_tile(limit: int, factor: int = 1) -> int:
@@ -213,7 +224,13 @@ def padded_rows(ev: int, er: int, tinfo: IsaInfo) -> int:
 def _reuse(ev: int, er: int, tinfo: IsaInfo) -> int:
     """:func:`_own_tiles`' reuse score of its tile for these extents."""
     vt, rt = _own_tiles(ev, er, tinfo)
-    return min(rt, 8) * max(1, vt // tinfo.vec_lanes)
+    nv = max(1, vt // tinfo.vec_lanes)
+    # a one-vector tile pays a broadcast per multiply-add, so its rows count half: with AVX-512's 24
+    # accumulators a prime row count up to 23 (19 pixels, 13 tokens) got a 19 x 1 tile, which reads like
+    # 8 x 1 and so was never padded.  Measured on a Xeon (AVX-512, 2 threads): a 1x1 conv 256->64 on 19x19
+    # 82.8-84.5 us as 19 x 1, 41.9-43.9 padded to 20 (5 x 4); on 13x13 42-48 as 13 x 1, 34-37 padded to 14
+    # (7 x 2); two runs
+    return min(rt, 8) * nv if nv > 1 else max(1, min(rt, 8) // 2)
 
 
 def _layout_isa(tinfo: IsaInfo) -> IsaInfo:
