@@ -27,41 +27,28 @@ def detect_host() -> dict[str, Any]:
     target: dict[str, Any] = {"kind": "llvm", "mtriple": host_triple(), "num-cores": cores}
     if cpu and cpu != "generic":
         target["mcpu"] = cpu
-        mattr = [f"+{f}" for f in unnamed_host_features(cpu, target["mtriple"])]
-        mattr += [f"-{f}" for f in masked_host_features(cpu, target["mtriple"])]
+        mattr = host_mattr(cpu, target["mtriple"])
         if mattr:
             target["mattr"] = mattr
     return target
 
 
-def unnamed_host_features(cpu: str, mtriple: str) -> list[str]:
-    """Instruction-set extensions this CPU executes (CPUID, as the runtime checks them) that LLVM's name for it
-    does not imply.
+def host_mattr(cpu: str, mtriple: str) -> list[str]:
+    """The ``-mattr`` that makes LLVM's name for this CPU what it executes (CPUID and the OS, as the runtime
+    checks them): ``+`` the instruction-set extensions it runs that the name does not imply, ``-`` those the
+    name implies that it lacks.  Only features the runtime can ask the CPU about are compared
+    (:data:`.runtime.cpu.CODEGEN_FEATURES`), and nothing when it cannot ask at all.
 
     A virtual machine may report a CPUID model that LLVM maps to an older core: an Intel Xeon with
     AVX512-BF16, AVX512-FP16 and AVX-VNNI is ``rocketlake`` to LLVM, which has none of them, so a ``host``
-    build lost the bf16 kernels and ``--precision bf16 -t host`` was refused ("host has none").  AMX is left
-    out: LLVM emits it only from intrinsics, and an artifact would then require it for nothing.
-    """
-    import tvm
+    build lost the bf16 kernels and ``--precision bf16 -t host`` was refused ("host has none").  AMX is not
+    added: LLVM emits it only from intrinsics, and an artifact would then require it for nothing.
 
-    from ..runtime.cpu import CODEGEN_FEATURES, host_features
-    from .isa import llvm_features
-
-    have = host_features() & CODEGEN_FEATURES
-    named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple}))
-    return sorted(f for f in have - named if not f.startswith("amx"))
-
-
-def masked_host_features(cpu: str, mtriple: str) -> list[str]:
-    """Instruction-set extensions LLVM's name for this CPU implies that it does not execute (CPUID and the OS,
-    as the runtime checks them): a virtual machine may keep the host's CPUID model and mask features.
-
-    An Intel Xeon VM whose hypervisor leaves AMX out (no CPUID bits, no XCR0 state) is ``emeraldrapids`` to
-    LLVM, which implies AMX: every ``-t host`` artifact required amx-tile, amx-int8 and amx-bf16, and the
-    runtime refused to load it on the machine that had just built it.  A VM that masks AVX-512 on a
-    ``skylake-avx512`` host would have got AVX-512 code it cannot run.  Only features the runtime can ask the
-    CPU about are compared (:data:`.runtime.cpu.CODEGEN_FEATURES`), and nothing when it cannot ask at all.
+    A virtual machine may also keep the host's model and mask features: an Intel Xeon VM whose hypervisor
+    leaves AMX out (no CPUID bits, no XCR0 state) is ``emeraldrapids`` to LLVM, which implies AMX; every
+    ``-t host`` artifact required amx-tile, amx-int8 and amx-bf16, and the runtime refused to load it on the
+    machine that had just built it.  A VM that masks AVX-512 on a ``skylake-avx512`` host would have got
+    AVX-512 code it cannot run.
     """
     import tvm
 
@@ -71,8 +58,9 @@ def masked_host_features(cpu: str, mtriple: str) -> list[str]:
     have = host_features()
     if not have:  # a CPU that cannot be asked: LLVM's name is all there is
         return []
-    named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple}))
-    return sorted((named & CODEGEN_FEATURES) - have)
+    named = llvm_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mtriple": mtriple})) & CODEGEN_FEATURES
+    unnamed = sorted(f for f in (have & CODEGEN_FEATURES) - named if not f.startswith("amx"))
+    return [f"+{f}" for f in unnamed] + [f"-{f}" for f in sorted(named - have)]
 
 
 def check_llvm_cpu(tdict: dict[str, Any], triple: str) -> None:

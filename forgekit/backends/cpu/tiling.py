@@ -11,13 +11,6 @@ from tvm import tirx
 if TYPE_CHECKING:
     from ...targets.isa import IsaInfo
 
-#: TVM 0.27 puts an allocation on the stack only if it is "global" scope and under 1024 bytes
-#: (runtime::kMaxStackAlloca); anything else, "local" scope included, is served by a
-#: TVMBackendAllocWorkspace/FreeWorkspace pair each time the enclosing loop body runs. For a register
-#: tile allocated inside the parallel loop that is two calls per tile: measured 2.5x on a 1x1 int8 conv.
-STACK_BYTES = 1024
-
-
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -39,7 +32,10 @@ def stack_budget(tinfo: IsaInfo, lanes: int | None = None, elem_bytes: int = 4) 
     """Vector accumulators of ``lanes`` (default: the target's fp32 lanes) elements a tile may hold:
     the register budget, capped to fit on the stack as CPU builds keep it (:data:`.stack_tiles.STACK_TILE_BYTES`).
 
-    Capped at TVM's own 1 KB (:data:`STACK_BYTES`) instead, an AVX-512 tile held 15 of its 24 accumulators:
+    TVM 0.27 itself puts an allocation on the stack only if it is "global" scope and under 1024 bytes
+    (runtime::kMaxStackAlloca); anything else is a TVMBackendAllocWorkspace/FreeWorkspace pair each time the
+    enclosing loop body runs, for a register tile inside the parallel loop two calls per tile (measured 2.5x on
+    a 1x1 int8 conv).  Capped at that 1 KB instead, an AVX-512 tile held 15 of its 24 accumulators:
     PP-OCRv6 rec's 1x1 convs over 80-pixel rows got 5 rows x 2 vectors, not 5 x 4.  Measured on a Xeon
     (AVX-512, 2 threads, A/B interleaved in one process, outputs bit-identical), with :func:`_reuse`'s padding
     of tall tiles: a 6x80 384->192 1x1 conv 192 -> 252 GFLOP/s; NudeNet 320n 11.8 -> 10.2 ms, PP-OCRv4 det

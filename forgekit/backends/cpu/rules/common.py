@@ -10,7 +10,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..stack_tiles import hint_partition, narrowable
-from ..tiling import STACK_BYTES, acc_scope, best_divisor, divisors, stack_budget  # noqa: F401 - re-exported
+from ..tiling import acc_scope, best_divisor, divisors, stack_budget  # noqa: F401 - re-exported
 
 
 def ext(sch: Schedule, loop: LoopRV) -> int | None:
